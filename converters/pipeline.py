@@ -1,0 +1,259 @@
+"""``convert()``: one source model → one artifact with one variant per target.
+
+Steps: fix static shapes per bucket → load and split samples → build each
+target's int8 bucket models with the calibration data (through the task's
+pre-processing) → measure parity against the fp32 source on held-out samples
+→ write the hashed manifest. The artifact is assembled in a temporary
+directory and moved into place only when every target meets its parity
+budget, so a failed convert never leaves something that looks valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edge_runtime import __version__
+from edge_runtime.artifact import ArtifactWriter, sha256_file
+from edge_runtime.errors import DeviceError, InputError, ParityError
+from edge_runtime.devices import registry
+from edge_runtime.hardware import detect_cached
+from edge_runtime.limits import DEFAULT_LIMITS
+from edge_runtime.manifest import FORMAT, FORMAT_VERSION
+from edge_runtime.models import get_task
+from edge_runtime.selection import choose
+
+from . import parity
+from .onnx_io import io_specs, static_dims
+from .registry import get_converter
+
+TEXT_TASKS = ("text-classification", "text-embedding")
+
+
+@dataclass
+class ConvertRequest:
+    source: Path
+    out: Path
+    task: str
+    targets: list[str]
+    calibration: Path
+    labels: Path | None = None
+    tokenizer: Path | None = None
+    buckets: list[int] | None = None
+    min_parity: float | None = None
+    parity_data: Path | None = None
+    preprocess: dict | None = None
+    name: str | None = None
+    version: str = "1"
+    recipe: str | None = None
+    recipe_overrides: dict | None = None
+    input_shapes: dict | None = None
+    heldout_fraction: float = 0.25
+    max_calibration: int = 300
+    seed: int = 0
+    force: bool = False
+    limits: dict = field(default_factory=dict)
+
+
+def _fingerprint(samples) -> str:
+    h = hashlib.sha256()
+    for s in samples:
+        h.update(s.encode("utf-8") if isinstance(s, str) else (s.tobytes() if hasattr(s, "tobytes") else bytes(s)))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def _check_request(req: ConvertRequest) -> None:
+    if not Path(req.source).is_file():
+        raise InputError(f"source model {req.source} does not exist", code="convert_source_missing")
+    if not Path(req.calibration).exists():
+        raise InputError(f"calibration data {req.calibration} does not exist", code="convert_calibration_missing")
+    if req.task in TEXT_TASKS and not req.tokenizer:
+        raise InputError(f"task {req.task} needs --tokenizer", code="convert_tokenizer_missing")
+    if req.task == "image-classification" and not req.preprocess:
+        raise InputError("image-classification needs --preprocess (size, channels, mean, std, layout)",
+                         code="convert_preprocess_missing")
+    out = Path(req.out)
+    if out.exists() and any(out.iterdir()) and not req.force:
+        raise InputError(f"output directory {out} exists and is not empty (use --force)", code="convert_out_exists")
+    if not req.targets:
+        raise InputError("no --target given", code="convert_no_target")
+
+
+def _sections(req: ConvertRequest, writer: ArtifactWriter, outputs: list[dict]) -> tuple[dict, dict]:
+    first = outputs[0]
+    if req.task in TEXT_TASKS:
+        pre = {"kind": "text", "tokenizer": writer.add_file("tokenizer.json", req.tokenizer),
+               "max_length": max(req.buckets), "pad_id": 0}
+    elif req.task == "image-classification":
+        pre = {"kind": "image", **req.preprocess}
+    else:
+        pre = {"kind": "tensors", **(req.preprocess or {})}
+    post: dict = {}
+    if req.task in ("text-classification", "image-classification"):
+        post = {"output": first["name"], "softmax": True}
+        if req.task == "image-classification":
+            post["top_k"] = 5
+        if req.labels:
+            post["labels"] = writer.add_file("labels.txt", req.labels)
+    elif req.task == "text-embedding":
+        post = {"output": first["name"], "pooling": "mean" if len(first["shape"]) == 3 else "none",
+                "normalize": True}
+    return pre, post
+
+
+def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
+    _check_request(req)
+    import onnxruntime  # noqa: F401  (the fp32 reference runs on it)
+
+    task_cls = get_task(req.task)
+    if req.task in TEXT_TASKS:
+        req.buckets = sorted(set(req.buckets or [64, 128]))
+    out = Path(req.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    work = Path(tempfile.mkdtemp(prefix="edge-infer-convert-"))
+    t_start = time.perf_counter()
+    try:
+        writer = ArtifactWriter(tmp)
+        src_inputs, src_outputs = io_specs(req.source)
+
+        progress("fixing static shapes per bucket")
+        from .onnx_shapes import fix_input_dims
+
+        lengths = req.buckets if req.task in TEXT_TASKS else [None]
+        fp32 = []  # (bucket name, fp32 path, bucket spec)
+        for seq in lengths:
+            try:
+                dims = static_dims(src_inputs, seq_len=seq, overrides=req.input_shapes)
+            except ValueError as exc:
+                raise InputError(str(exc), code="convert_shape_dynamic") from None
+            bname = f"seq{seq}" if seq else "static"
+            path = work / f"fp32_{bname}.onnx"
+            fix_input_dims(req.source, path, dims)
+            ins, outs = io_specs(path)
+            fp32.append((bname, path, {"name": bname, "file": "", "inputs": ins, "outputs": outs}))
+
+        pre, post = _sections(req, writer, src_outputs)
+        draft = {"preprocess": pre, "postprocess": post}
+
+        def read(rel):
+            return (tmp / rel).read_bytes()
+
+        ref_buckets = [b for _, _, b in fp32]
+        task_ref = task_cls(draft, read, ref_buckets)
+
+        progress("loading calibration and held-out samples")
+        samples = task_cls.load_samples(req.calibration)
+        rng = random.Random(req.seed)
+        order = list(range(len(samples)))
+        rng.shuffle(order)
+        if req.parity_data:
+            held = task_cls.load_samples(req.parity_data)
+            calib = [samples[i] for i in order][: req.max_calibration]
+            parity_source = f"{Path(req.parity_data).name} ({len(held)} samples)"
+        else:
+            n_held = max(1, int(round(len(samples) * req.heldout_fraction)))
+            if len(samples) - n_held < 1:
+                raise InputError("calibration data too small to hold samples out", code="convert_calibration_small")
+            held = [samples[i] for i in order[:n_held]]
+            calib = [samples[i] for i in order[n_held:]][: req.max_calibration]
+            parity_source = f"held-out split of {Path(req.calibration).name} ({len(held)} of {len(samples)})"
+
+        ort_backend = registry.get_backend("onnxruntime")
+        ref_sessions = [ort_backend.load(p, b, "cpu", {}) for _, p, b in fp32]
+        variants, failures = [], []
+        for target in req.targets:
+            converter = get_converter(target)
+            buckets, quant = [], None
+            for bname, path, bspec in fp32:
+                progress(f"{target}: quantizing bucket {bname} with {len(calib)} calibration samples")
+                one = task_cls(draft, read, [bspec])
+                feeds = []
+                for s in calib:
+                    try:
+                        feeds.append(one.prepare(s, DEFAULT_LIMITS).feeds)
+                    except InputError:
+                        continue
+                rel = f"{target}/{bname}{converter.suffix}"
+                dst = tmp / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                info = converter.build_bucket(path, dst, feeds, {"task": req.task, "recipe": req.recipe,
+                                                                 "overrides": req.recipe_overrides, "work": work})
+                quant = quant or info
+                writer.add_file(rel)
+                ins, outs = io_specs(dst)
+                buckets.append({"name": bname, "file": rel, "inputs": ins, "outputs": outs})
+            quant = dict(quant)
+            quant["calibration"] = {"samples": len(calib), "fingerprint": _fingerprint(calib),
+                                    "source": Path(req.calibration).name}
+            progress(f"{target}: measuring parity against fp32 on {len(held)} samples")
+            cand_sessions = _target_sessions(target, tmp, buckets)
+            task_cand = task_cls(draft, read, buckets)
+            par = parity.measure(task_ref, ref_sessions, task_cand, cand_sessions, held)
+            for s in cand_sessions:
+                s.close()
+            par["budget"] = parity.budget_for(par["metric"], req.min_parity)
+            par["reference"] = "fp32 source ONNX on onnxruntime:cpu, same pre/post-processing"
+            par["data"] = parity_source
+            par["passed"] = par["value"] is not None and par["value"] >= par["budget"]
+            if not par["passed"]:
+                failures.append(f"{target}: {par['metric']} {par['value']:.4f} < budget {par['budget']}")
+            variants.append({"target": target, "buckets": buckets, "quantization": quant, "parity": par,
+                             "toolchain": _toolchain(converter)})
+        for s in ref_sessions:
+            s.close()
+
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "model": {"name": req.name or Path(req.source).stem, "version": req.version,
+                      "source": {"file": Path(req.source).name, "sha256": sha256_file(req.source),
+                                 "inputs": src_inputs, "outputs": src_outputs}},
+            "task": req.task,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "files": {},
+            "preprocess": pre,
+            "postprocess": post,
+            "limits": dict(req.limits),
+            "variants": variants,
+            "build": {"seconds": round(time.perf_counter() - t_start, 1), "host": platform.machine()},
+        }
+        writer.write_manifest(manifest)
+        if failures:
+            raise ParityError("parity under budget: " + "; ".join(failures), variants=[
+                {"target": v["target"], "parity": v["parity"]} for v in variants])
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+        return manifest
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _target_sessions(target: str, root: Path, buckets: list[dict]):
+    """Load the built variant on the best local backend for its target."""
+    choice = choose([{"target": target, "buckets": buckets}], detect_cached())
+    backend = registry.get_backend(choice.backend_name)
+    sub = choice.suitability.device.partition(":")[2] or None
+    try:
+        return [backend.load(root / b["file"], b, sub, {}) for b in buckets]
+    except Exception as exc:
+        raise DeviceError(f"cannot load the built {target} variant for parity: {exc}") from exc
+
+
+def _toolchain(converter) -> dict:
+    import numpy
+
+    tc = {"edge-runtime": __version__, "python": platform.python_version(), "numpy": numpy.__version__}
+    tc.update(converter.toolchain())
+    return tc

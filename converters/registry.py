@@ -1,0 +1,27 @@
+"""Target name → converter, fed by the ``edge_runtime.converters`` entry points."""
+
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+
+GROUP = "edge_runtime.converters"
+_BUILTIN = {"onnx-int8": "edge_runtime.converters.onnx_int8:OnnxInt8Converter"}
+
+
+def converter_targets() -> dict[str, str]:
+    found = dict(_BUILTIN)
+    try:
+        for ep in metadata.entry_points(group=GROUP):
+            found[ep.name] = ep.value
+    except Exception:
+        pass
+    return found
+
+
+def get_converter(target: str):
+    refs = converter_targets()
+    if target not in refs:
+        raise KeyError(f"no converter for target {target!r} (known: {', '.join(sorted(refs))})")
+    module, _, attr = refs[target].partition(":")
+    return getattr(importlib.import_module(module), attr)()

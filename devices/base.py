@@ -1,0 +1,66 @@
+"""The device protocol every backend implements.
+
+A *backend* knows which artifact targets it can run and how well it can run
+them on the detected hardware (a score: 0 means it cannot, higher is better,
+with the reason). It loads one bucket's model file into a *session*; a
+session runs named numpy tensors and reports where it actually ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Suitability:
+    score: int          # 0: cannot run here; higher is better
+    device: str         # the concrete device it would use, e.g. "onnxruntime:cpu"
+    reason: str         # why (shown in rt.info(), fallbacks, `edge-infer devices`)
+
+    @property
+    def ok(self) -> bool:
+        return self.score > 0
+
+
+@runtime_checkable
+class Session(Protocol):
+    device: str
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+    def info(self) -> dict: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+    targets: tuple[str, ...]
+
+    def suitability(self, target: str, hardware: dict, device: str | None = None) -> Suitability: ...
+
+    def load(self, model_path: Path, bucket: dict, device: str | None = None, options: dict | None = None) -> Session: ...
+
+
+def check_feeds(feeds: Mapping[str, np.ndarray], bucket: dict) -> None:
+    """Shared guard: feeds must match the bucket's declared inputs exactly.
+
+    Raises ``ValueError`` (the runtime wraps it); input validation proper is
+    the task contract's job, this only protects the native code.
+    """
+    expected = {t["name"]: t for t in bucket["inputs"]}
+    if set(feeds) != set(expected):
+        raise ValueError(f"feeds {sorted(feeds)} do not match model inputs {sorted(expected)}")
+    for name, spec in expected.items():
+        arr = feeds[name]
+        if not isinstance(arr, np.ndarray):
+            raise ValueError(f"input {name!r} is not a numpy array")
+        if list(arr.shape) != list(spec["shape"]):
+            raise ValueError(f"input {name!r} has shape {list(arr.shape)}, model wants {spec['shape']}")
+        if arr.dtype != np.dtype(spec["dtype"]):
+            raise ValueError(f"input {name!r} has dtype {arr.dtype}, model wants {spec['dtype']}")

@@ -1,0 +1,105 @@
+"""Backend registry fed by the ``edge_runtime.devices`` entry-point group.
+
+Built-in backends register through the same group as third-party ones (see
+``pyproject.toml``). Entry points are resolved lazily: listing names imports
+nothing; ``get_backend`` imports one backend module (which itself must not
+import its framework until a session is loaded).
+"""
+
+from __future__ import annotations
+
+import threading
+from importlib import metadata
+
+from edge_runtime.errors import DeviceError
+
+GROUP = "edge_runtime.devices"
+# Used only when the distribution's metadata is not installed (running from a
+# source tree without `pip install`); the entry points are the real registry.
+_BUILTIN = {
+    "onnxruntime": "edge_runtime.devices.onnxruntime_backend:OnnxRuntimeBackend",
+    "fake": "edge_runtime.devices.fake:FakeBackend",
+}
+
+_lock = threading.Lock()
+_factories: dict[str, object] = {}   # name -> "module:attr" string or a callable
+_instances: dict[str, object] = {}
+_discovered = False
+
+
+def _discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    found = {}
+    try:
+        for ep in metadata.entry_points(group=GROUP):
+            found.setdefault(ep.name, ep.value)
+    except Exception:  # broken metadata must not break the runtime
+        found = {}
+    for name, ref in _BUILTIN.items():
+        found.setdefault(name, ref)
+    for name, ref in found.items():
+        _factories.setdefault(name, ref)
+    _discovered = True
+
+
+def register(name: str, factory) -> None:
+    """Register (or replace) a backend: a class/callable or "module:attr"."""
+    with _lock:
+        _discover()
+        _factories[name] = factory
+        _instances.pop(name, None)
+
+
+def unregister(name: str) -> None:
+    with _lock:
+        _factories.pop(name, None)
+        _instances.pop(name, None)
+
+
+def available_backends() -> list[str]:
+    with _lock:
+        _discover()
+        return sorted(_factories)
+
+
+def _resolve(ref):
+    if callable(ref):
+        return ref
+    module, _, attr = ref.partition(":")
+    import importlib
+
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def get_backend(name: str):
+    with _lock:
+        _discover()
+        if name in _instances:
+            return _instances[name]
+        if name not in _factories:
+            raise DeviceError(f"unknown device backend {name!r} (known: {', '.join(sorted(_factories))})",
+                              code="device_unknown")
+        try:
+            backend = _resolve(_factories[name])()
+        except Exception as exc:
+            raise DeviceError(f"device backend {name!r} failed to initialise: {exc}", code="device_backend_broken") from exc
+        _instances[name] = backend
+        return backend
+
+
+def known_targets() -> dict[str, list[str]]:
+    """target -> backend names that declare it."""
+    out: dict[str, list[str]] = {}
+    for name in available_backends():
+        try:
+            backend = get_backend(name)
+        except DeviceError:
+            continue
+        for target in getattr(backend, "targets", ()):
+            out.setdefault(target, []).append(name)
+    return out

@@ -1,0 +1,174 @@
+"""Reading, verifying and writing artifact directories.
+
+Loading refuses, with an ``ArtifactError`` naming the file and the reason:
+a missing file, a hash or size mismatch, a manifest that does not parse or
+misses a field, an unknown format version, and any path that leaves the
+artifact directory (absolute, ``..``, or a symlink pointing outside).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from . import manifest as mf
+from .errors import ArtifactError
+
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(_CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def safe_relpath(root: Path, rel: str) -> Path:
+    """Resolve ``rel`` inside ``root``; refuse anything that escapes it."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel:
+        raise ArtifactError("invalid file path in manifest", file=str(rel), code="artifact_path_invalid")
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or rel.startswith("/") or (len(rel) > 1 and rel[1] == ":"):
+        raise ArtifactError("absolute path is not allowed", file=rel, code="artifact_path_escapes")
+    if any(part in ("..", "") for part in rel.split("/")):
+        raise ArtifactError("path leaves the artifact directory", file=rel, code="artifact_path_escapes")
+    candidate = root.joinpath(*pure.parts)
+    # every component must stay inside root, symlinks included
+    real_root = root.resolve()
+    try:
+        real = candidate.resolve(strict=False)
+    except (OSError, RuntimeError) as exc:  # symlink loops
+        raise ArtifactError(f"path cannot be resolved: {exc}", file=rel, code="artifact_path_invalid") from None
+    if real != real_root and real_root not in real.parents:
+        raise ArtifactError("path (or a symlink in it) points outside the artifact directory", file=rel,
+                            code="artifact_path_escapes")
+    return candidate
+
+
+@dataclass
+class Artifact:
+    root: Path
+    manifest: dict
+    verified: bool = False
+    verify_ms: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.manifest["model"]["name"]
+
+    @property
+    def version(self) -> str:
+        return self.manifest["model"]["version"]
+
+    @property
+    def task(self) -> str:
+        return self.manifest["task"]
+
+    @property
+    def variants(self) -> list[dict]:
+        return self.manifest["variants"]
+
+    def path(self, rel: str) -> Path:
+        return safe_relpath(self.root, rel)
+
+    def read_bytes(self, rel: str) -> bytes:
+        return self.path(rel).read_bytes()
+
+    def read_text(self, rel: str) -> str:
+        try:
+            return self.read_bytes(rel).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ArtifactError(f"not UTF-8 text: {exc}", file=rel, code="artifact_file_invalid") from None
+
+    def variant(self, target: str) -> dict:
+        for v in self.variants:
+            if v["target"] == target:
+                return v
+        raise ArtifactError(f"artifact has no {target!r} variant (has: {', '.join(self.targets())})",
+                            file=mf.MANIFEST_NAME, code="artifact_variant_missing")
+
+    def targets(self) -> list[str]:
+        return [v["target"] for v in self.variants]
+
+
+def load_artifact(path: str | os.PathLike, *, verify: bool = True) -> Artifact:
+    import time
+
+    t0 = time.perf_counter()
+    root = Path(path)
+    if not root.exists():
+        raise ArtifactError("artifact directory does not exist", file=str(root), code="artifact_missing")
+    if not root.is_dir():
+        raise ArtifactError("artifact is not a directory", file=str(root), code="artifact_not_directory")
+    mpath = root / mf.MANIFEST_NAME
+    if mpath.is_symlink():
+        raise ArtifactError("manifest must not be a symlink", file=mf.MANIFEST_NAME, code="artifact_path_escapes")
+    if not mpath.is_file():
+        raise ArtifactError("missing manifest", file=mf.MANIFEST_NAME, code="artifact_file_missing")
+    size = mpath.stat().st_size
+    if size > mf.MAX_MANIFEST_BYTES:
+        raise ArtifactError(f"manifest is {size} bytes, over the {mf.MAX_MANIFEST_BYTES} byte limit",
+                            file=mf.MANIFEST_NAME, code="manifest_too_large")
+    data = mf.parse(mpath.read_bytes())
+    art = Artifact(root=root, manifest=data)
+    if verify:
+        verify_files(art)
+        art.verified = True
+    art.verify_ms = (time.perf_counter() - t0) * 1000
+    return art
+
+
+def verify_files(art: Artifact) -> None:
+    for rel, entry in art.manifest["files"].items():
+        p = safe_relpath(art.root, rel)
+        if not p.exists() and not p.is_symlink():
+            raise ArtifactError("file listed in the manifest is missing", file=rel, code="artifact_file_missing")
+        if not p.is_file():
+            raise ArtifactError("not a regular file", file=rel, code="artifact_file_invalid")
+        actual_size = p.stat().st_size
+        if actual_size != entry["bytes"]:
+            raise ArtifactError(f"size mismatch: manifest says {entry['bytes']} bytes, file has {actual_size}",
+                                file=rel, code="artifact_hash_mismatch")
+        digest = sha256_file(p)
+        if digest != entry["sha256"]:
+            raise ArtifactError(f"sha256 mismatch: manifest {entry['sha256'][:12]}…, file {digest[:12]}…",
+                                file=rel, code="artifact_hash_mismatch")
+
+
+@dataclass
+class ArtifactWriter:
+    """Builds an artifact directory: add files, then write the manifest."""
+
+    root: Path
+    files: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.root = Path(self.root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def add_file(self, rel: str, src: str | os.PathLike | None = None, data: bytes | None = None) -> str:
+        dst = safe_relpath(self.root, rel)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if data is not None:
+            dst.write_bytes(data)
+        elif src is not None:
+            if Path(src).resolve() != dst.resolve():
+                shutil.copyfile(src, dst)
+        elif not dst.is_file():
+            raise FileNotFoundError(dst)
+        self.files[rel] = {"sha256": sha256_file(dst), "bytes": dst.stat().st_size}
+        return rel
+
+    def write_manifest(self, data: dict) -> Path:
+        data = dict(data)
+        data["files"] = dict(sorted(self.files.items()))
+        out = self.root / mf.MANIFEST_NAME
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_bytes(mf.dumps(data))
+        os.replace(tmp, out)
+        return out

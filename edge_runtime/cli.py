@@ -1,0 +1,231 @@
+"""``edge-infer``: convert, infer, eval, inspect, devices.
+
+Exit codes: 0 ok, 1 unexpected, 2 input (the caller's), 3 artifact,
+4 device, 5 timeout, 6 runtime failure, 7 parity under budget. Errors print
+one line without a traceback unless ``--debug``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from .errors import EdgeRuntimeError, InputError
+from .limits import DEFAULT_LIMITS, json_depth
+
+
+def _fail(ctx, exc: Exception):
+    debug = ctx.find_root().params.get("debug")
+    if debug:
+        raise exc
+    if isinstance(exc, EdgeRuntimeError):
+        click.echo(f"error [{exc.code}]: {exc.message}", err=True)
+        sys.exit(exc.exit_code)
+    click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+    sys.exit(1)
+
+
+def _guard(fn):
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        ctx = click.get_current_context()
+        try:
+            return fn(*args, **kwargs)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as exc:
+            _fail(ctx, exc)
+
+    return wrapper
+
+
+def _emit(data, as_json: bool, human):
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        human(data)
+
+
+@click.group()
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.version_option(package_name="edge-runtime")
+def main(debug):
+    """Int8 edge inference: convert models, verify artifacts, run them."""
+    import logging
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _read_json_input(path: str):
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}", code="input_file_unreadable") from None
+    if size > DEFAULT_LIMITS.max_request_bytes:
+        raise InputError(f"{path} is {size} bytes, over the request limit of {DEFAULT_LIMITS.max_request_bytes}",
+                         code="input_too_large")
+    text = p.read_bytes()
+    # refuse deep nesting before json builds it (json recursion would crash)
+    depth = cur = 0
+    for ch in text:
+        if ch in b"[{":
+            cur += 1
+            depth = max(depth, cur)
+            if depth > DEFAULT_LIMITS.max_json_depth:
+                raise InputError(f"JSON nested deeper than {DEFAULT_LIMITS.max_json_depth} levels",
+                                 code="input_too_deep")
+        elif ch in b"]}":
+            cur -= 1
+    try:
+        data = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{path} is not valid JSON: {exc}", code="input_bad_json") from None
+    json_depth(data, DEFAULT_LIMITS.max_json_depth)
+    if isinstance(data, dict) and set(data) == {"inputs"}:
+        data = data["inputs"]
+    return data
+
+
+@main.command()
+@click.argument("artifact", type=click.Path())
+@click.option("--text", help="Text input.")
+@click.option("--image", type=click.Path(), help="Image file (PNG/JPEG/BMP).")
+@click.option("--input", "input_file", type=click.Path(), help="JSON file: {\"text\": ...} or named tensors.")
+@click.option("--device", default="auto", show_default=True, help="auto, onnxruntime, onnxruntime:cuda, ...")
+@click.option("--require-device", is_flag=True, help="Fail instead of falling back to another device.")
+@click.option("--deadline-ms", type=int, help="Per-call deadline.")
+@click.option("--json", "as_json", is_flag=True)
+@_guard
+def infer(artifact, text, image, input_file, device, require_device, deadline_ms, as_json):
+    """Run one input through ARTIFACT."""
+    given = [x for x in (text, image, input_file) if x is not None]
+    if len(given) != 1:
+        raise InputError("give exactly one of --text, --image, --input", code="input_missing")
+    if text is not None:
+        raw = text
+    elif image is not None:
+        raw = image
+    else:
+        raw = _read_json_input(input_file)
+    from .runtime import load
+
+    with load(artifact, device=device, strict=require_device) as rt:
+        res = rt.infer(raw, deadline_ms=deadline_ms)
+
+    def human(d):
+        click.echo(f"prediction: {d['prediction']}")
+        for k, v in list(d["scores"].items())[:5]:
+            click.echo(f"  {k}: {v:.4f}")
+        if d["embedding"] is not None:
+            click.echo(f"embedding: dim {len(d['embedding'])}, first {[round(x, 4) for x in d['embedding'][:4]]}")
+        click.echo(f"latency {d['latency_ms']:.2f} ms on {d['device']} ({d['target']}, bucket {d['bucket']}"
+                   f"{', truncated' if d['truncated'] else ''}) model {d['model']} v{d['version']} "
+                   f"trace {d['trace_id']}")
+
+    _emit(res.to_dict(), as_json, human)
+
+
+@main.command("eval")
+@click.argument("artifact", type=click.Path())
+@click.argument("data", type=click.Path())
+@click.option("--device", default="auto", show_default=True)
+@click.option("--limit", type=int, help="Use the first N samples only.")
+@click.option("--min-accuracy", type=float, help="Exit 1 when accuracy is below this.")
+@click.option("--json", "as_json", is_flag=True)
+@_guard
+def eval_cmd(artifact, data, device, limit, min_accuracy, as_json):
+    """Accuracy and latency of ARTIFACT on labelled DATA (image folder or TSV)."""
+    from .evaluate import evaluate
+    from .runtime import load
+
+    with load(artifact, device=device) as rt:
+        rep = evaluate(rt, data, limit=limit)
+
+    def human(d):
+        p = d["parity"]
+        click.echo(f"accuracy {d['accuracy']:.4f} ({d['correct']}/{d['samples']}) on {d['device']} ({d['target']})")
+        click.echo(f"latency p50 {d['latency_ms']['p50']:.3f} ms, p95 {d['latency_ms']['p95']:.3f} ms")
+        click.echo(f"parity vs fp32 (from the manifest): {p.get('metric')} {p.get('value')} on {p.get('samples')} "
+                   f"samples (budget {p.get('budget')})")
+        if d["errors"]:
+            click.echo(f"errors: {d['errors']}")
+
+    _emit(rep, as_json, human)
+    if min_accuracy is not None and (rep["accuracy"] or 0) < min_accuracy:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("artifact", type=click.Path())
+@click.option("--json", "as_json", is_flag=True)
+@_guard
+def inspect(artifact, as_json):
+    """Manifest summary, verification result and parity."""
+    from .artifact import load_artifact
+    from .selection import check_targets
+
+    art = load_artifact(artifact)
+    check_targets(art.targets())
+    man = art.manifest
+    data = {"verified": art.verified, "files": len(man["files"]), "model": man["model"], "task": man["task"],
+            "variants": [{"target": v["target"], "buckets": [b["name"] for b in v["buckets"]],
+                          "quantization": v["quantization"], "parity": v["parity"], "toolchain": v["toolchain"]}
+                         for v in man["variants"]],
+            "preprocess": man["preprocess"], "postprocess": man["postprocess"], "limits": man["limits"]}
+
+    def human(d):
+        m = d["model"]
+        click.echo(f"{m['name']} v{m['version']} ({d['task']}): {d['files']} files, all sha256 verified")
+        for v in d["variants"]:
+            q, p = v["quantization"], v["parity"]
+            click.echo(f"  {v['target']}: buckets {', '.join(v['buckets'])}; {q['scheme']} w:{q['weights']} "
+                       f"a:{q['activations']}; parity {p['metric']} {p['value']} "
+                       f"(min {p.get('min', '-')}, {p['samples']} samples, budget {p.get('budget', '-')})")
+
+    _emit(data, as_json, human)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@_guard
+def devices(as_json):
+    """Hardware found and the device backends present."""
+    from .devices import registry
+    from .hardware import detect
+
+    hw = detect()
+    backends = {}
+    for name in registry.available_backends():
+        try:
+            b = registry.get_backend(name)
+            backends[name] = {"targets": list(b.targets),
+                              "suitability": {t: vars(b.suitability(t, hw)) for t in b.targets}}
+        except EdgeRuntimeError as exc:
+            backends[name] = {"error": exc.message}
+    data = {"hardware": hw, "backends": backends}
+
+    def human(d):
+        cpu = d["hardware"]["cpu"]
+        click.echo(f"{d['hardware']['system']} {d['hardware']['machine']}: {cpu['model'] or cpu['vendor']} "
+                   f"({cpu['cores']} cores; {', '.join(cpu['features']) or 'no'} int8-relevant features)")
+        click.echo("packages: " + ", ".join(f"{k}{'' if v else ' (absent)'}" for k, v in d["hardware"]["packages"].items()))
+        for name, b in d["backends"].items():
+            for t, s in b.get("suitability", {}).items():
+                click.echo(f"  {name} / {t}: score {s['score']} on {s['device']}: {s['reason']}")
+
+    _emit(data, as_json, human)
+
+
+from .cli_convert import convert  # noqa: E402  (registers the command)
+
+main.add_command(convert)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""One error tree, typed by layer.
+
+- ``InputError``: the caller's fault (bad, oversized or undecodable input).
+- ``ArtifactError`` / ``DeviceError``: the operator's (a corrupt or unknown
+  artifact, a missing device or backend).
+- ``InferenceTimeout`` / ``InferenceRuntimeError``: ours (a backend that
+  stalled or failed while running a valid input).
+
+Every error carries a stable ``code`` string (for metrics, logs and the JSON
+output of the CLI) and an ``exit_code`` used by ``edge-infer``.
+"""
+
+from __future__ import annotations
+
+
+class EdgeRuntimeError(Exception):
+    code = "edge_runtime_error"
+    exit_code = 1
+
+    def __init__(self, message: str, *, code: str | None = None, **details):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.details = details
+
+    def to_dict(self) -> dict:
+        out = {"type": type(self).__name__, "code": self.code, "message": self.message}
+        if self.details:
+            out["details"] = {k: _json_safe(v) for k, v in self.details.items()}
+        return out
+
+
+class InputError(EdgeRuntimeError):
+    """The caller's input was rejected before or while preparing it."""
+
+    code = "input_invalid"
+    exit_code = 2
+
+
+class ArtifactError(EdgeRuntimeError):
+    """The artifact is missing, corrupt, tampered with or not understood."""
+
+    code = "artifact_invalid"
+    exit_code = 3
+
+    def __init__(self, message: str, *, file: str | None = None, code: str | None = None, **details):
+        if file is not None:
+            details["file"] = file
+            if file not in message:
+                message = f"{file}: {message}"
+        super().__init__(message, code=code, **details)
+        self.file = file
+
+
+class DeviceError(EdgeRuntimeError):
+    """No backend/device can run the artifact (or the one asked for is absent)."""
+
+    code = "device_unavailable"
+    exit_code = 4
+
+
+class InferenceTimeout(EdgeRuntimeError):
+    """The call did not finish within its deadline."""
+
+    code = "inference_timeout"
+    exit_code = 5
+
+
+class InferenceRuntimeError(EdgeRuntimeError):
+    """A backend failed while running a valid input; wraps the cause."""
+
+    code = "inference_failed"
+    exit_code = 6
+
+    def __init__(self, message: str, *, device: str | None = None, variant: str | None = None, code: str | None = None, **details):
+        super().__init__(message, code=code, device=device, variant=variant, **details)
+        self.device = device
+        self.variant = variant
+
+
+class ParityError(EdgeRuntimeError):
+    """A conversion measured int8-vs-fp32 parity under its budget."""
+
+    code = "parity_below_budget"
+    exit_code = 7
+
+
+def _json_safe(value):
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    return str(value)

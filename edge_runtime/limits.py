@@ -1,0 +1,67 @@
+"""Strict input limits, checked before any device work.
+
+Defaults come from our design notes. An artifact may override them in its
+manifest (``limits``) and a caller per call; a limit can be raised or lowered
+but never removed: ``None``, zero, negative or non-integer values are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+from .errors import ArtifactError, InputError
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_request_bytes: int = 2 * MiB
+    max_batch_items: int = 500
+    max_text_chars: int = 10_000
+    max_image_bytes: int = 20 * MiB
+    max_image_pixels: int = 40_000_000
+    deadline_ms: int = 5_000
+    max_json_depth: int = 32
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def merged(self, overrides: dict | None, *, source: str = "call") -> "Limits":
+        """Return a copy with ``overrides`` applied, each one validated."""
+        if not overrides:
+            return self
+        known = {f.name for f in fields(self)}
+        clean = {}
+        for key, value in overrides.items():
+            err = ArtifactError if source == "manifest" else InputError
+            if key not in known:
+                raise err(f"unknown limit {key!r} (known: {', '.join(sorted(known))})", code="limit_unknown")
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise err(f"limit {key} must be a positive integer, got {value!r}", code="limit_invalid")
+            clean[key] = value
+        return replace(self, **clean)
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def json_depth(value, limit: int) -> int:
+    """Depth of a decoded JSON value; raises ``InputError`` past ``limit``.
+
+    Iterative so a hostile, deeply nested document cannot hit Python's
+    recursion limit.
+    """
+    stack = [(value, 1)]
+    deepest = 0
+    while stack:
+        node, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                raise InputError(f"input nested deeper than {limit} levels", code="input_too_deep")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((v, depth + 1) for v in node)
+    return deepest

@@ -1,0 +1,132 @@
+"""The artifact manifest: schema, validation and (de)serialisation.
+
+``manifest.json`` pins everything an inference depends on. This module only
+knows the JSON shape; file verification lives in :mod:`edge_runtime.artifact`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import ArtifactError
+
+FORMAT = "edge-runtime-artifact"
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+MANIFEST_NAME = "manifest.json"
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+
+TASKS = ("text-classification", "text-embedding", "image-classification", "tensors")
+
+# required keys and their JSON types, per level
+_TOP = {
+    "format": str,
+    "format_version": int,
+    "model": dict,
+    "task": str,
+    "files": dict,
+    "preprocess": dict,
+    "postprocess": dict,
+    "limits": dict,
+    "variants": list,
+}
+_MODEL = {"name": str, "version": str}
+_VARIANT = {"target": str, "buckets": list, "quantization": dict, "parity": dict, "toolchain": dict}
+_BUCKET = {"name": str, "file": str, "inputs": list, "outputs": list}
+_TENSOR = {"name": str, "dtype": str, "shape": list}
+_PARITY = {"metric": str, "value": (int, float, type(None)), "samples": int}
+_QUANT = {"scheme": str, "weights": str, "activations": str}
+DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
+
+
+def _reject_duplicates(pairs):
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ArtifactError(f"duplicate key {key!r} in manifest", file=MANIFEST_NAME, code="manifest_duplicate_key")
+        seen[key] = value
+    return seen
+
+
+def parse(raw: bytes) -> dict:
+    """Parse and validate manifest bytes; every failure is an ``ArtifactError``."""
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise ArtifactError(f"manifest is {len(raw)} bytes, over the {MAX_MANIFEST_BYTES} byte limit",
+                            file=MANIFEST_NAME, code="manifest_too_large")
+    try:
+        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_reject_duplicates)
+    except ArtifactError:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ArtifactError(f"manifest does not parse: {exc}", file=MANIFEST_NAME, code="manifest_unparsable") from None
+    validate(data)
+    return data
+
+
+def _check(obj: Any, spec: dict, where: str) -> None:
+    if not isinstance(obj, dict):
+        raise ArtifactError(f"{where} must be an object", file=MANIFEST_NAME, code="manifest_field_invalid")
+    for key, typ in spec.items():
+        if key not in obj:
+            raise ArtifactError(f"missing field {where}.{key}", file=MANIFEST_NAME, code="manifest_field_missing")
+        value = obj[key]
+        if isinstance(value, bool) and typ is not bool:
+            ok = False
+        else:
+            ok = isinstance(value, typ)
+        if not ok:
+            raise ArtifactError(f"field {where}.{key} has the wrong type ({type(value).__name__})",
+                                file=MANIFEST_NAME, code="manifest_field_invalid")
+
+
+def validate(data: Any) -> None:
+    _check(data, _TOP, "manifest")
+    if data["format"] != FORMAT:
+        raise ArtifactError(f"not an edge-runtime artifact (format {data['format']!r})", file=MANIFEST_NAME,
+                            code="manifest_format_unknown")
+    if data["format_version"] not in SUPPORTED_VERSIONS:
+        raise ArtifactError(f"unknown format version {data['format_version']!r} (this runtime reads "
+                            f"{', '.join(map(str, SUPPORTED_VERSIONS))})", file=MANIFEST_NAME,
+                            code="manifest_version_unknown")
+    _check(data["model"], _MODEL, "model")
+    if data["task"] not in TASKS:
+        raise ArtifactError(f"unknown task {data['task']!r}", file=MANIFEST_NAME, code="manifest_task_unknown")
+    for path, entry in data["files"].items():
+        _check(entry, {"sha256": str, "bytes": int}, f"files[{path!r}]")
+        if len(entry["sha256"]) != 64:
+            raise ArtifactError(f"files[{path!r}].sha256 is not a sha256 hex digest", file=MANIFEST_NAME,
+                                code="manifest_field_invalid")
+    if not data["variants"]:
+        raise ArtifactError("manifest lists no variants", file=MANIFEST_NAME, code="manifest_field_missing")
+    for i, variant in enumerate(data["variants"]):
+        where = f"variants[{i}]"
+        _check(variant, _VARIANT, where)
+        _check(variant["quantization"], _QUANT, f"{where}.quantization")
+        _check(variant["parity"], _PARITY, f"{where}.parity")
+        if not variant["buckets"]:
+            raise ArtifactError(f"{where} has no buckets", file=MANIFEST_NAME, code="manifest_field_missing")
+        for j, bucket in enumerate(variant["buckets"]):
+            bwhere = f"{where}.buckets[{j}]"
+            _check(bucket, _BUCKET, bwhere)
+            if bucket["file"] not in data["files"]:
+                raise ArtifactError(f"{bwhere}.file {bucket['file']!r} is not listed in files", file=MANIFEST_NAME,
+                                    code="manifest_field_invalid")
+            for k, tensor in enumerate(bucket["inputs"] + bucket["outputs"]):
+                _check(tensor, _TENSOR, f"{bwhere}.tensor[{k}]")
+                if tensor["dtype"] not in DTYPES:
+                    raise ArtifactError(f"{bwhere}: unknown dtype {tensor['dtype']!r}", file=MANIFEST_NAME,
+                                        code="manifest_field_invalid")
+                if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in tensor["shape"]):
+                    raise ArtifactError(f"{bwhere}: tensor {tensor['name']!r} shape {tensor['shape']} is not static",
+                                        file=MANIFEST_NAME, code="manifest_shape_dynamic")
+    for key in ("tokenizer", "labels"):
+        ref = data["preprocess"].get(key) or data["postprocess"].get(key)
+        if isinstance(ref, str) and ref not in data["files"]:
+            raise ArtifactError(f"{key} file {ref!r} is not listed in files", file=MANIFEST_NAME,
+                                code="manifest_field_invalid")
+
+
+def dumps(data: dict) -> bytes:
+    validate(data)
+    return (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8")

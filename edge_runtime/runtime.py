@@ -1,0 +1,228 @@
+"""``load()`` and the ``Runtime``: verify, choose, warm up, serve ``infer()``.
+
+Hot path per call: limits → task.prepare → session.run (on a worker thread,
+bounded by the deadline) → task.finish → result. Nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+
+import numpy as np
+
+from edge_runtime.devices import registry
+from edge_runtime.models import get_task
+
+from . import hardware as hw
+from .artifact import load_artifact
+from .errors import (DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout, InputError)
+from .limits import DEFAULT_LIMITS, Limits
+from .result import InferenceResult
+from .selection import choose
+
+log = logging.getLogger("edge_runtime")
+_logged_fallbacks: set[str] = set()
+
+
+def load(path, device: str = "auto", *, strict: bool = False, target: str | None = None,
+         limits: dict | None = None, device_options: dict | None = None, warmup: bool = True,
+         hardware: dict | None = None, workers: int = 4) -> "Runtime":
+    """Verify the artifact, pick variant and device, load every bucket, warm up."""
+    return Runtime(path, device=device, strict=strict, target=target, limits=limits,
+                   device_options=device_options, warmup=warmup, hardware=hardware, workers=workers)
+
+
+class Runtime:
+    def __init__(self, path, *, device="auto", strict=False, target=None, limits=None, device_options=None,
+                 warmup=True, hardware=None, workers=4):
+        t0 = time.perf_counter()
+        self.artifact = load_artifact(path)
+        man = self.artifact.manifest
+        self.hardware = hardware if hardware is not None else hw.detect_cached()
+        self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target)
+        if self.choice.fallback:
+            msg = f"{self.artifact.root}: {self.choice.fallback}; using {self.choice.suitability.device}"
+            if msg not in _logged_fallbacks:
+                _logged_fallbacks.add(msg)
+                log.warning(msg)
+        self.variant = self.choice.variant
+        self.limits: Limits = DEFAULT_LIMITS.merged(man.get("limits"), source="manifest").merged(limits)
+        self.task = get_task(man["task"])(man, self.artifact.read_bytes, self.variant["buckets"])
+        backend = registry.get_backend(self.choice.backend_name)
+        sub = self.choice.suitability.device.partition(":")[2] or None
+        self._sessions = []
+        try:
+            for bucket in self.variant["buckets"]:
+                try:
+                    sess = backend.load(self.artifact.path(bucket["file"]), bucket, sub, device_options or {})
+                except EdgeRuntimeError:
+                    raise
+                except Exception as exc:
+                    raise DeviceError(f"{self.choice.backend_name} could not load {bucket['file']}: {exc}",
+                                      code="device_load_failed") from exc
+                self._sessions.append(sess)
+        except BaseException:
+            self._close_sessions()
+            raise
+        self.device = self._sessions[0].device
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edge-infer")
+        self._closed = False
+        self._lock = threading.Lock()
+        self.load_ms = (time.perf_counter() - t0) * 1000
+        self.warmup_ms: dict[str, float] = {}
+        if warmup:
+            self._warm_up()
+
+    # -- lifecycle ---------------------------------------------------------
+    def _warm_up(self):
+        for sess, bucket in zip(self._sessions, self.variant["buckets"]):
+            feeds = {t["name"]: np.ones(t["shape"], dtype=t["dtype"]) for t in bucket["inputs"]}
+            t0 = time.perf_counter()
+            try:
+                sess.run(feeds)
+            except Exception as exc:
+                raise DeviceError(f"warm-up of bucket {bucket['name']} failed on {self.device}: {exc}",
+                                  code="device_warmup_failed") from exc
+            self.warmup_ms[bucket["name"]] = round((time.perf_counter() - t0) * 1000, 3)
+
+    def _close_sessions(self):
+        for sess in getattr(self, "_sessions", []):
+            try:
+                sess.close()
+            except Exception:  # closing must never raise
+                log.debug("session close failed", exc_info=True)
+        self._sessions = []
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._close_sessions()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- serving -----------------------------------------------------------
+    def infer(self, raw, *, deadline_ms: int | None = None, limits: dict | None = None,
+              trace_id: str | None = None) -> InferenceResult:
+        t0 = time.perf_counter()
+        lim = self.limits if limits is None else self.limits.merged(limits)
+        deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
+        return self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, trace_id)
+
+    def infer_batch(self, items, *, deadline_ms: int | None = None, limits: dict | None = None) -> list:
+        """One ``InferenceResult`` or ``EdgeRuntimeError`` per item, in input order.
+
+        The batch as a whole is checked first (item count, total size); the
+        deadline applies to each item.
+        """
+        lim = self.limits if limits is None else self.limits.merged(limits)
+        if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__len__"):
+            raise InputError("infer_batch takes a list of inputs", code="input_wrong_type")
+        if len(items) > lim.max_batch_items:
+            raise InputError(f"batch has {len(items)} items, over the limit of {lim.max_batch_items}",
+                             code="input_batch_too_large", limit=lim.max_batch_items)
+        total = sum(self.task.request_bytes(x) for x in items)
+        if total > lim.max_request_bytes:
+            raise InputError(f"batch is {total} bytes, over the request limit of {lim.max_request_bytes}",
+                             code="input_too_large", limit=lim.max_request_bytes)
+        deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
+        out = []
+        for raw in items:
+            t0 = time.perf_counter()
+            try:
+                out.append(self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, None))
+            except EdgeRuntimeError as exc:
+                out.append(exc)
+        return out
+
+    def _infer_one(self, raw, lim: Limits, t0: float, t_end: float, deadline: int, trace_id):
+        if self._closed:
+            raise InferenceRuntimeError("runtime is closed", code="runtime_closed", device=self.device,
+                                        variant=self.variant["target"])
+        size = self.task.request_bytes(raw)
+        if size > lim.max_request_bytes:
+            raise InputError(f"request is {size} bytes, over the limit of {lim.max_request_bytes}",
+                             code="input_too_large", limit=lim.max_request_bytes)
+        try:
+            prepared = self.task.prepare(raw, lim)
+        except EdgeRuntimeError:
+            raise
+        except Exception as exc:  # a task bug or an exotic input must still be typed
+            raise InputError(f"input could not be prepared: {type(exc).__name__}: {exc}",
+                             code="input_invalid") from exc
+        sess = self._sessions[prepared.bucket]
+        remaining = t_end - time.perf_counter()
+        if remaining <= 0:
+            raise InferenceTimeout(f"deadline of {deadline} ms passed before the device call",
+                                   code="inference_timeout", deadline_ms=deadline)
+        try:
+            future = self._pool.submit(sess.run, prepared.feeds)
+        except RuntimeError as exc:  # pool shut down by a concurrent close()
+            raise InferenceRuntimeError(f"runtime is closed: {exc}", code="runtime_closed", device=self.device,
+                                        variant=self.variant["target"]) from None
+        try:
+            outputs = future.result(timeout=remaining)
+        except FutureTimeout:
+            future.cancel()
+            raise InferenceTimeout(f"{self.device} did not answer within the {deadline} ms deadline",
+                                   code="inference_timeout", deadline_ms=deadline, device=self.device) from None
+        except Exception as exc:
+            raise InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "
+                                        f"{self.variant['buckets'][prepared.bucket]['name']}: "
+                                        f"{type(exc).__name__}: {exc}",
+                                        device=self.device, variant=self.variant["target"]) from exc
+        try:
+            res = self.task.finish(outputs, prepared)
+        except Exception as exc:
+            raise InferenceRuntimeError(f"post-processing failed: {type(exc).__name__}: {exc}",
+                                        device=self.device, variant=self.variant["target"]) from exc
+        return InferenceResult(
+            prediction=res.prediction, scores=res.scores, embedding=res.embedding,
+            latency_ms=(time.perf_counter() - t0) * 1000, device=self.device, target=self.variant["target"],
+            model=self.artifact.name, version=self.artifact.version, trace_id=trace_id or uuid.uuid4().hex,
+            bucket=self.variant["buckets"][prepared.bucket]["name"], truncated=prepared.truncated,
+            outputs=res.outputs,
+        )
+
+    # -- introspection -----------------------------------------------------
+    def info(self) -> dict:
+        man = self.artifact.manifest
+        return {
+            "artifact": str(Path(self.artifact.root).resolve()),
+            "model": man["model"]["name"],
+            "version": man["model"]["version"],
+            "task": man["task"],
+            "target": self.variant["target"],
+            "backend": self.choice.backend_name,
+            "device": self.device,
+            "device_reason": self.choice.suitability.reason,
+            "fallback": self.choice.fallback,
+            "candidates": self.choice.candidates,
+            "buckets": [{"name": b["name"], "inputs": b["inputs"], "outputs": b["outputs"]}
+                        for b in self.variant["buckets"]],
+            "sessions": [s.info() for s in self._sessions],
+            "quantization": self.variant["quantization"],
+            "parity": self.variant["parity"],
+            "limits": self.limits.to_dict(),
+            "verify_ms": round(self.artifact.verify_ms, 3),
+            "load_ms": round(self.load_ms, 3),
+            "warmup_ms": self.warmup_ms,
+        }
+
+
+def _positive(ms) -> int:
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not ms > 0 or ms != ms:
+        raise InputError(f"deadline_ms must be a positive number, got {ms!r}", code="limit_invalid")
+    return ms

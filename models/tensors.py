@@ -1,0 +1,92 @@
+"""tensors: named numpy arrays in, named arrays out (no pre/post-processing)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edge_runtime.errors import InputError
+
+from .base import Prepared, Task, TaskOutput, reject_type
+
+
+class Tensors(Task):
+    name = "tensors"
+    parity_metric = "cosine_mean"
+
+    def request_bytes(self, raw) -> int:
+        if isinstance(raw, dict):
+            return sum(int(v.nbytes) if isinstance(v, np.ndarray) else 0 for v in raw.values())
+        return super().request_bytes(raw)
+
+    def prepare(self, raw, limits) -> Prepared:
+        if isinstance(raw, np.ndarray) and len(self.buckets[0]["inputs"]) == 1:
+            raw = {self.buckets[0]["inputs"][0]["name"]: raw}
+        if not isinstance(raw, dict):
+            reject_type(raw, "a dict of named arrays")
+        allow_nonfinite = bool(self.pre.get("allow_nonfinite", False))
+        errors = []
+        for idx, bucket in enumerate(self.buckets):
+            specs = {t["name"]: t for t in bucket["inputs"]}
+            if set(raw) != set(specs):
+                raise InputError(f"inputs {sorted(map(str, raw))} do not match the model's {sorted(specs)}",
+                                 code="input_wrong_names")
+            feeds = {}
+            for name, spec in specs.items():
+                arr = _as_array(raw[name], name, spec)
+                shape = list(spec["shape"])
+                if list(arr.shape) == shape[1:] and shape[0] == 1:
+                    arr = arr[None]
+                if list(arr.shape) != shape:
+                    errors.append(f"{name}: shape {list(arr.shape)} (model wants {shape})")
+                    break
+                if arr.dtype.kind == "f" and not allow_nonfinite and not np.isfinite(arr).all():
+                    raise InputError(f"input {name!r} contains NaN or infinity", code="input_nonfinite")
+                feeds[name] = arr
+            else:
+                return Prepared(bucket=idx, feeds=feeds)
+        raise InputError("no bucket fits the input: " + "; ".join(errors), code="input_wrong_shape")
+
+    def finish(self, outputs, prepared) -> TaskOutput:
+        return TaskOutput(outputs={k: np.asarray(v) for k, v in outputs.items()})
+
+    @staticmethod
+    def compare(reference, candidate) -> dict:
+        cos = []
+        for r, c in zip(reference, candidate):
+            a = np.concatenate([v.astype(np.float64).ravel() for v in r.outputs.values()])
+            b = np.concatenate([v.astype(np.float64).ravel() for v in c.outputs.values()])
+            cos.append(float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-12)))
+        return {"metric": "cosine_mean", "value": float(np.mean(cos)) if cos else None,
+                "min": float(np.min(cos)) if cos else None, "samples": len(cos)}
+
+    @staticmethod
+    def load_samples(path) -> list:
+        with np.load(path, allow_pickle=False) as data:
+            names = list(data.files)
+            n = len(data[names[0]])
+            return [{k: data[k][i] for k in names} for i in range(n)]
+
+
+def _as_array(value, name: str, spec: dict) -> np.ndarray:
+    dtype = np.dtype(spec["dtype"])
+    if isinstance(value, np.ndarray):
+        if value.dtype == dtype:
+            return value
+        if value.dtype.kind in "biuf" and np.can_cast(value.dtype, dtype, casting="same_kind"):
+            return value.astype(dtype)
+        raise InputError(f"input {name!r} has dtype {value.dtype}, model wants {dtype}", code="input_wrong_dtype")
+    if isinstance(value, (list, tuple, int, float)) and not isinstance(value, bool):
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError) as exc:
+            raise InputError(f"input {name!r} is not a rectangular numeric array: {exc}", code="input_wrong_type") from None
+        if arr.dtype.kind not in "biuf":
+            raise InputError(f"input {name!r} is not numeric", code="input_wrong_type")
+        if dtype.kind in "iu" and arr.dtype.kind == "f":
+            raise InputError(f"input {name!r} has floats, model wants {dtype}", code="input_wrong_dtype")
+        if dtype.kind in "iu" and arr.size:
+            info = np.iinfo(dtype)
+            if arr.min() < info.min or arr.max() > info.max:
+                raise InputError(f"input {name!r} has values outside {dtype}", code="input_out_of_range")
+        return arr.astype(dtype)
+    raise InputError(f"input {name!r}: expected an array, got {type(value).__name__}", code="input_wrong_type")

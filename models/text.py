@@ -1,0 +1,136 @@
+"""Shared text pre-processing: the artifact's own tokenizer, length buckets.
+
+One ``tokenizers.Tokenizer`` truncating at the largest bucket and not padding;
+each input then goes to the smallest bucket that fits and is right-padded to
+it with numpy. This gives the same ids and masks as setting truncation and
+padding per bucket (the MiniLM tokenizer.json has 128 built in, so both are
+reset here), at the cost of a single encode.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edge_runtime.errors import ArtifactError, InputError
+
+from .base import Prepared, Task, reject_type
+
+ROLE_NAMES = {
+    "ids": ("input_ids",),
+    "mask": ("attention_mask",),
+    "type_ids": ("token_type_ids",),
+}
+
+
+class TextTask(Task):
+    def __init__(self, manifest, read_file, buckets):
+        super().__init__(manifest, read_file, buckets)
+        from tokenizers import Tokenizer
+
+        rel = self.pre.get("tokenizer")
+        if not rel:
+            raise ArtifactError("text task without a tokenizer", file="manifest.json", code="manifest_field_missing")
+        try:
+            self.tokenizer = Tokenizer.from_str(read_file(rel).decode("utf-8"))
+        except Exception as exc:
+            raise ArtifactError(f"tokenizer does not load: {exc}", file=rel, code="artifact_file_invalid") from None
+        lengths = []
+        self._roles = []
+        for b in buckets:
+            names = {t["name"]: t for t in b["inputs"]}
+            roles = {}
+            for role, candidates in ROLE_NAMES.items():
+                configured = self.pre.get("inputs", {}).get(role)
+                for cand in ([configured] if configured else list(candidates)):
+                    if cand in names:
+                        roles[role] = cand
+            if "ids" not in roles:
+                raise ArtifactError(f"bucket {b['name']} has no token id input", file="manifest.json",
+                                    code="manifest_field_invalid")
+            shape = names[roles["ids"]]["shape"]
+            if len(shape) != 2 or shape[0] != 1:
+                raise ArtifactError(f"bucket {b['name']}: token inputs must be [1, seq]", file="manifest.json",
+                                    code="manifest_field_invalid")
+            lengths.append(shape[1])
+            self._roles.append({r: (n, np.dtype(names[n]["dtype"])) for r, n in roles.items()})
+        self.lengths = lengths
+        self._order = sorted(range(len(lengths)), key=lengths.__getitem__)
+        self.max_length = max(lengths)
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length=self.max_length)
+        self.pad_id = int(self.pre.get("pad_id", 0))
+
+    def text_of(self, raw, limits) -> str:
+        if isinstance(raw, dict) and set(raw) == {"text"}:
+            raw = raw["text"]
+        if isinstance(raw, (bytes, bytearray, memoryview)):
+            try:
+                raw = bytes(raw).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"text is not valid UTF-8: {exc.reason} at byte {exc.start}",
+                                 code="input_bad_encoding") from None
+        if not isinstance(raw, str):
+            reject_type(raw, "a text string")
+        if len(raw) > limits.max_text_chars:
+            raise InputError(f"text has {len(raw)} characters, over the limit of {limits.max_text_chars}",
+                             code="input_too_long", limit=limits.max_text_chars)
+        if not raw.strip():
+            raise InputError("text is empty", code="input_empty")
+        try:
+            raw.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError("text contains lone surrogates (not valid unicode)", code="input_bad_encoding") from None
+        return raw
+
+    def prepare(self, raw, limits) -> Prepared:
+        text = self.text_of(raw, limits)
+        enc = self.tokenizer.encode(text)
+        n = len(enc.ids)
+        truncated = bool(enc.overflowing)
+        for idx in self._order:
+            if self.lengths[idx] >= n:
+                break
+        length = self.lengths[idx]
+        roles = self._roles[idx]
+        feeds = {}
+        name, dtype = roles["ids"]
+        ids = np.full((1, length), self.pad_id, dtype=dtype)
+        ids[0, :n] = enc.ids
+        feeds[name] = ids
+        if "mask" in roles:
+            name, dtype = roles["mask"]
+            mask = np.zeros((1, length), dtype=dtype)
+            mask[0, :n] = 1
+            feeds[name] = mask
+        if "type_ids" in roles:
+            name, dtype = roles["type_ids"]
+            tt = np.zeros((1, length), dtype=dtype)
+            tt[0, :n] = enc.type_ids
+            feeds[name] = tt
+        return Prepared(bucket=idx, feeds=feeds, truncated=truncated, length=n)
+
+    def mask_of(self, prepared: Prepared) -> np.ndarray:
+        roles = self._roles[prepared.bucket]
+        if "mask" in roles:
+            return prepared.feeds[roles["mask"][0]]
+        ids = prepared.feeds[roles["ids"][0]]
+        return (ids != self.pad_id).astype(np.int64)
+
+
+def load_text_samples(path) -> list[str]:
+    """Calibration/eval text: a .txt file (one sample a line) or JSONL ("text")."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    lines = p.read_text(encoding="utf-8").splitlines()
+    if p.suffix == ".jsonl":
+        out = []
+        for i, line in enumerate(lines, 1):
+            if line.strip():
+                rec = json.loads(line)
+                if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
+                    raise ValueError(f"{p}:{i}: JSONL records need a string field 'text'")
+                out.append(rec["text"])
+        return out
+    return [line for line in lines if line.strip()]

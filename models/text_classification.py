@@ -1,0 +1,35 @@
+"""text-classification: tokenizer → logits → softmax → labels."""
+
+from __future__ import annotations
+
+from edge_runtime.errors import ArtifactError
+
+from .base import TaskOutput, classification_parity, dequantize, softmax, top_k_scores
+from .text import TextTask, load_text_samples
+
+
+class TextClassification(TextTask):
+    name = "text-classification"
+    parity_metric = "top1_agreement"
+    load_samples = staticmethod(load_text_samples)
+    compare = staticmethod(classification_parity)
+
+    def __init__(self, manifest, read_file, buckets):
+        super().__init__(manifest, read_file, buckets)
+        self.output = self.post.get("output", "logits")
+        self.labels = self.read_labels()
+        n = self.output_spec(self.output)["shape"][-1]
+        if self.labels is None:
+            self.labels = [str(i) for i in range(n)]
+        if len(self.labels) != n:
+            raise ArtifactError(f"{len(self.labels)} labels for {n} model outputs", file=self.post.get("labels"),
+                                code="artifact_labels_mismatch")
+        self.top_k = self.post.get("top_k")
+        self.apply_softmax = self.post.get("softmax", True)
+
+    def finish(self, outputs, prepared) -> TaskOutput:
+        spec = self.output_spec(self.output, prepared.bucket)
+        logits = dequantize(outputs[self.output], spec).reshape(-1)
+        probs = softmax(logits) if self.apply_softmax else logits
+        label, scores = top_k_scores(probs, self.labels, self.top_k)
+        return TaskOutput(prediction=label, scores=scores)
