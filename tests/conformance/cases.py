@@ -1,0 +1,26 @@
+"""The backends under conformance and, for each, artifacts and inputs.
+
+A backend joins the suite by adding a case here: (id, device, artifact
+fixture name, sample inputs). Every check in test_conformance.py runs on
+every case.
+"""
+
+import numpy as np
+
+from factories import png_bytes
+
+DIGIT = png_bytes((np.eye(8, dtype=np.uint8) * 200))
+
+CASES = [
+    # id, device, artifact builder (fixture name or task for the fake factory), inputs
+    ("fake-text", "fake", ("factory", "text-classification"), ["good movie", "the market crashes " * 3, "bad"]),
+    ("fake-embed", "fake", ("factory", "text-embedding"), ["stock market rises", "awful", "a great movie"]),
+    ("fake-image", "fake", ("factory", "image-classification"), [DIGIT, np.zeros((8, 8), np.uint8)]),
+    ("fake-tensors", "fake", ("factory", "tensors"),
+     [{"x": np.arange(4, dtype=np.float32)[None], "k": np.ones((1, 2), np.int32)}]),
+    ("onnxruntime-digits", "onnxruntime", ("fixture", "digits_artifact"), [DIGIT, np.full((8, 8), 30, np.uint8)]),
+    ("onnxruntime-minilm-embed", "onnxruntime", ("fixture", "minilm_embedding_artifact"),
+     ["Stock market crashes!", "A quiet day of trading ends with small gains for tech shares " * 3]),
+    ("onnxruntime-minilm-cls", "onnxruntime", ("fixture", "minilm_classifier_artifact"),
+     ["Stock market crashes!", "What a wonderful, uplifting film."]),
+]

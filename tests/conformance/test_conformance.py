@@ -1,0 +1,131 @@
+"""One conformance suite; every device backend runs all of it."""
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+import edge_runtime as er
+from edge_runtime.devices import registry
+from edge_runtime.devices.base import Backend, Session
+
+from .cases import CASES
+
+SLOW = {"onnxruntime-minilm-embed", "onnxruntime-minilm-cls"}
+
+
+@pytest.fixture(params=CASES, ids=[c[0] for c in CASES])
+def case(request, make_artifact):
+    cid, device, (kind, what), inputs = request.param
+    if cid in SLOW and "slow" not in request.node.keywords:
+        request.applymarker(pytest.mark.slow)
+    path = make_artifact(what) if kind == "factory" else request.getfixturevalue(what)
+    rt = er.load(path, device=device, strict=True)
+    yield device, rt, inputs
+    rt.close()
+
+
+def same(a, b):
+    assert a.prediction == b.prediction
+    assert a.scores == b.scores
+    if a.embedding is not None:
+        np.testing.assert_array_equal(a.embedding, b.embedding)
+    if a.outputs is not None:
+        for k in a.outputs:
+            np.testing.assert_array_equal(a.outputs[k], b.outputs[k])
+
+
+def test_protocol_and_choice(case):
+    device, rt, _ = case
+    backend = registry.get_backend(device)
+    assert isinstance(backend, Backend)
+    assert all(isinstance(s, Session) for s in rt._sessions)
+    assert backend.suitability("no-such-target", rt.hardware).score == 0
+    info = rt.info()
+    assert info["backend"] == device and info["device"].startswith(device)
+    assert info["fallback"] is None
+    assert set(info["warmup_ms"]) == {b["name"] for b in info["buckets"]}
+    json.dumps(info, default=str)
+
+
+def test_result_contract(case):
+    device, rt, inputs = case
+    man = rt.artifact.manifest
+    results = [rt.infer(x) for x in inputs]
+    for res in results:
+        assert res.device == rt.device and res.device.startswith(device)
+        assert res.target == rt.variant["target"]
+        assert (res.model, res.version) == (man["model"]["name"], man["model"]["version"])
+        assert res.latency_ms > 0 and res.bucket in {b["name"] for b in rt.variant["buckets"]}
+        d = json.loads(json.dumps(res.to_dict()))
+        assert d["device"] == res.device
+        if man["task"] in ("text-classification", "image-classification"):
+            assert res.prediction in rt.task.labels
+            assert abs(sum(res.scores.values()) - 1) < 1e-3 or len(res.scores) < len(rt.task.labels)
+            assert res.prediction == max(res.scores, key=res.scores.get)
+        if man["task"] == "text-embedding":
+            assert res.prediction is None and abs(np.linalg.norm(res.embedding) - 1) < 1e-4
+    assert len({r.trace_id for r in results}) == len(results)
+    with pytest.raises(dataclasses_frozen()):
+        results[0].prediction = "other"
+
+
+def dataclasses_frozen():
+    import dataclasses
+
+    return dataclasses.FrozenInstanceError
+
+
+def test_deterministic_and_batch_matches_single(case):
+    _, rt, inputs = case
+    singles = [rt.infer(x) for x in inputs]
+    for a, b in zip(singles, [rt.infer(x) for x in inputs]):
+        same(a, b)
+    batch = rt.infer_batch(list(inputs) + [object()])
+    assert isinstance(batch[-1], er.InputError)
+    for a, b in zip(singles, batch):
+        same(a, b)
+
+
+def test_concurrent_calls_match_serial(case):
+    _, rt, inputs = case
+    serial = [rt.infer(x) for x in inputs]
+    errors, out = [], {}
+
+    def worker(t):
+        try:
+            out[t] = [[rt.infer(x) for x in inputs] for _ in range(10)]
+        except Exception as exc:  # recorded, asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    assert not errors
+    for rounds in out.values():
+        for results in rounds:
+            for a, b in zip(serial, results):
+                same(a, b)
+
+
+def test_bad_input_then_keeps_serving(case):
+    _, rt, inputs = case
+    with pytest.raises(er.InputError):
+        rt.infer(object())
+    assert rt.infer(inputs[0]).latency_ms > 0
+
+
+def test_session_guards_its_feeds(case):
+    _, rt, _ = case
+    with pytest.raises(Exception):
+        rt._sessions[0].run({"wrong": np.zeros(1, np.float32)})
+
+
+def test_close_is_idempotent_and_final(case):
+    _, rt, inputs = case
+    rt.close()
+    rt.close()
+    with pytest.raises(er.InferenceRuntimeError) as ei:
+        rt.infer(inputs[0])
+    assert ei.value.code == "runtime_closed"

@@ -1,0 +1,103 @@
+"""Build small artifacts for tests: fake-backend variants of every task."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from edge_runtime.artifact import ArtifactWriter
+from edge_runtime.devices.fake import write_fake_model
+from edge_runtime.manifest import FORMAT, FORMAT_VERSION
+
+WORDS = ["good", "bad", "great", "awful", "stock", "market", "crashes", "rises", "the", "a", "is", "movie"]
+
+
+def tiny_tokenizer_json() -> str:
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}
+    for w in WORDS:
+        vocab[w] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return tok.to_str()
+
+
+def _variant(writer, root, buckets, target="fake", seed=0):
+    out = []
+    for i, b in enumerate(buckets):
+        rel = f"{target}/{b['name']}.npz"
+        (root / target).mkdir(parents=True, exist_ok=True)
+        write_fake_model(root / rel, b, seed=seed + i)
+        writer.add_file(rel)
+        out.append({**b, "file": rel})
+    return {"target": target, "buckets": out,
+            "quantization": {"scheme": "none", "weights": "float32", "activations": "float32",
+                             "calibration": {"samples": 0, "fingerprint": ""}},
+            "parity": {"metric": "none", "value": None, "samples": 0},
+            "toolchain": {"edge-runtime": "test"}}
+
+
+def _t(name, dtype, shape):
+    return {"name": name, "dtype": dtype, "shape": list(shape)}
+
+
+def make_artifact(root, task="text-classification", *, limits=None, buckets=(8, 16), labels=("negative", "positive"),
+                  seed=0) -> Path:
+    root = Path(root)
+    w = ArtifactWriter(root)
+    if task in ("text-classification", "text-embedding"):
+        w.add_file("tokenizer.json", data=tiny_tokenizer_json().encode())
+        pre = {"kind": "text", "tokenizer": "tokenizer.json", "max_length": max(buckets), "pad_id": 0}
+        specs = []
+        for L in buckets:
+            ins = [_t("input_ids", "int64", [1, L]), _t("attention_mask", "int64", [1, L]),
+                   _t("token_type_ids", "int64", [1, L])]
+            if task == "text-classification":
+                outs = [_t("logits", "float32", [1, len(labels)])]
+            else:
+                outs = [_t("last_hidden_state", "float32", [1, L, 8])]
+            specs.append({"name": f"seq{L}", "inputs": ins, "outputs": outs})
+        if task == "text-classification":
+            w.add_file("labels.txt", data=("\n".join(labels) + "\n").encode())
+            post = {"output": "logits", "softmax": True, "labels": "labels.txt"}
+        else:
+            post = {"output": "last_hidden_state", "pooling": "mean", "normalize": True}
+    elif task == "image-classification":
+        pre = {"kind": "image", "size": [8, 8], "channels": 1, "scale": 1 / 255, "mean": [0.5], "std": [0.5],
+               "layout": "NCHW", "resize": "bilinear"}
+        labels = [str(i) for i in range(10)]
+        w.add_file("labels.txt", data=("\n".join(labels) + "\n").encode())
+        specs = [{"name": "static", "inputs": [_t("image", "float32", [1, 1, 8, 8])],
+                  "outputs": [_t("logits", "float32", [1, 10])]}]
+        post = {"output": "logits", "softmax": True, "top_k": 3, "labels": "labels.txt"}
+    else:
+        pre = {"kind": "tensors"}
+        specs = [{"name": "static", "inputs": [_t("x", "float32", [1, 4]), _t("k", "int32", [1, 2])],
+                  "outputs": [_t("y", "float32", [1, 3])]}]
+        post = {}
+    variant = _variant(w, root, specs, seed=seed)
+    w.write_manifest({"format": FORMAT, "format_version": FORMAT_VERSION,
+                      "model": {"name": f"tiny-{task}", "version": "3"}, "task": task, "files": {},
+                      "preprocess": pre, "postprocess": post, "limits": dict(limits or {}), "variants": [variant]})
+    return root
+
+
+def png_bytes(arr: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def rewrite_manifest(root, mutate) -> None:
+    """Apply ``mutate(dict)`` to manifest.json without re-hashing anything."""
+    p = Path(root) / "manifest.json"
+    data = json.loads(p.read_text())
+    mutate(data)
+    p.write_text(json.dumps(data))

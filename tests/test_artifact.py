@@ -1,0 +1,110 @@
+"""A tampered, truncated or escaping artifact is refused at load, naming the file."""
+
+import json
+import os
+
+import pytest
+
+import edge_runtime as er
+from edge_runtime.artifact import load_artifact
+from factories import rewrite_manifest
+
+
+def refused(path, code=None, file=None):
+    with pytest.raises(er.ArtifactError) as ei:
+        er.load(path, device="fake")
+    if code:
+        assert ei.value.code == code, ei.value.message
+    if file:
+        assert file in ei.value.message and ei.value.file == file
+    return ei.value
+
+
+def test_valid_artifact_loads_and_verifies(make_artifact):
+    root = make_artifact("tensors")
+    art = load_artifact(root)
+    assert art.verified and art.task == "tensors"
+    with er.load(root, device="fake") as rt:
+        assert rt.info()["target"] == "fake"
+
+
+@pytest.mark.parametrize("task", ["text-classification", "image-classification", "tensors"])
+def test_byte_flip_in_every_file_is_refused(make_artifact, task):
+    root = make_artifact(task)
+    files = json.loads((root / "manifest.json").read_text())["files"]
+    assert files
+    for rel in files:
+        p = root / rel
+        original = p.read_bytes()
+        data = bytearray(original)
+        data[len(data) // 2] ^= 0x01
+        p.write_bytes(bytes(data))
+        err = refused(root, "artifact_hash_mismatch", rel)
+        assert "sha256" in err.message
+        p.write_bytes(original)
+    er.load(root, device="fake").close()   # restored: loads again
+
+
+def test_truncated_and_missing_files(make_artifact):
+    root = make_artifact("tensors")
+    rel = "fake/static.npz"
+    data = (root / rel).read_bytes()
+    (root / rel).write_bytes(data[:-10])
+    refused(root, "artifact_hash_mismatch", rel)
+    os.remove(root / rel)
+    refused(root, "artifact_file_missing", rel)
+
+
+def test_manifest_problems(make_artifact, tmp_path):
+    root = make_artifact("tensors")
+    (root / "manifest.json").write_text("{not json")
+    refused(root, "manifest_unparsable", "manifest.json")
+    os.remove(root / "manifest.json")
+    refused(root, "artifact_file_missing", "manifest.json")
+    refused(tmp_path / "nope", "artifact_missing")
+
+
+@pytest.mark.parametrize("mutate,code", [
+    (lambda m: m.update(format_version=99), "manifest_version_unknown"),
+    (lambda m: m.pop("variants"), "manifest_field_missing"),
+    (lambda m: m["model"].pop("version"), "manifest_field_missing"),
+    (lambda m: m.update(task="telepathy"), "manifest_task_unknown"),
+    (lambda m: m["variants"][0].update(target="quantum-tpu"), "artifact_target_unknown"),
+    (lambda m: m["variants"][0]["buckets"][0]["inputs"][0].update(shape=[-1, 4]), "manifest_shape_dynamic"),
+    (lambda m: m["variants"][0]["buckets"][0].update(file="elsewhere.npz"), "manifest_field_invalid"),
+    (lambda m: m.update(format="zip"), "manifest_format_unknown"),
+    (lambda m: m.update(limits={"max_text_chars": 0}), "limit_invalid"),
+    (lambda m: m.update(limits={"max_text_chars": None}), "limit_invalid"),
+])
+def test_manifest_field_tampering(make_artifact, mutate, code):
+    root = make_artifact("tensors")
+    rewrite_manifest(root, mutate)
+    refused(root, code)
+
+
+@pytest.mark.parametrize("rel", ["../outside.npz", "/etc/passwd", "fake/../../x.npz"])
+def test_paths_leaving_the_directory(make_artifact, rel):
+    root = make_artifact("tensors")
+
+    def mutate(m):
+        m["files"][rel] = {"sha256": "0" * 64, "bytes": 1}
+    rewrite_manifest(root, mutate)
+    refused(root, "artifact_path_escapes", rel)
+
+
+def test_symlink_escaping_the_directory(make_artifact, tmp_path):
+    root = make_artifact("tensors")
+    outside = tmp_path / "outside.npz"
+    outside.write_bytes((root / "fake/static.npz").read_bytes())
+    os.remove(root / "fake/static.npz")
+    os.symlink(outside, root / "fake/static.npz")
+    refused(root, "artifact_path_escapes", "fake/static.npz")
+
+
+def test_duplicate_keys_and_huge_manifest(make_artifact):
+    root = make_artifact("tensors")
+    text = (root / "manifest.json").read_text()
+    (root / "manifest.json").write_text(text.replace('"task":', '"task": "tensors", "task":', 1))
+    refused(root, "manifest_duplicate_key")
+    (root / "manifest.json").write_text(" " * (5 * 1024 * 1024) + text)
+    refused(root, "manifest_too_large")
