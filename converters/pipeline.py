@@ -232,6 +232,7 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
                 {"target": v["target"], "parity": v["parity"]} for v in variants])
         if out.exists():
             shutil.rmtree(out)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only
         os.replace(tmp, out)
         return manifest
     finally:

@@ -117,6 +117,11 @@ def infer(artifact, text, image, input_file, device, require_device, deadline_ms
     from .runtime import load
 
     with load(artifact, device=device, strict=require_device) as rt:
+        task = rt.artifact.task
+        if (text is not None) != task.startswith("text-") or (image is not None) != (task == "image-classification"):
+            flag = "--text" if text is not None else ("--image" if image is not None else "--input")
+            if flag != "--input" or task == "image-classification":
+                raise InputError(f"{flag} does not fit a {task} artifact", code="input_wrong_type")
         res = rt.infer(raw, deadline_ms=deadline_ms)
 
     def human(d):

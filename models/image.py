@@ -27,6 +27,8 @@ def _pil():
 
 
 def _read_path(path, limits) -> bytes:
+    if not str(path):
+        raise InputError("image path is empty", code="input_empty")
     p = Path(path)
     try:
         size = p.stat().st_size

