@@ -124,6 +124,11 @@ def load_text_samples(path) -> list[str]:
 
     p = Path(path)
     lines = p.read_text(encoding="utf-8").splitlines()
+    if p.suffix == ".tsv":  # text<TAB>label (e.g. SST-2): the text column, header skipped
+        rows = [line.rpartition("\t")[0] if "\t" in line else line for line in lines]
+        if lines and lines[0].rpartition("\t")[2].strip().lower() == "label":
+            rows = rows[1:]
+        return [r for r in rows if r.strip()]
     if p.suffix == ".jsonl":
         out = []
         for i, line in enumerate(lines, 1):

@@ -57,7 +57,11 @@ def _convert_minilm(tmp_path_factory, task):
 
     _need_minilm()
     out = tmp_path_factory.mktemp(task) / "artifact"
-    convert(convert_request("minilm", task, out, cache=CACHE))
+    kw = {}
+    sst = SHARED_DATA / "text" / "sst2" / "dev.tsv"
+    if task == "text-classification" and sst.exists():
+        kw["parity_data"] = sst        # 872 real sentiment sentences, evaluation only
+    convert(convert_request("minilm", task, out, cache=CACHE, **kw))
     return out
 
 

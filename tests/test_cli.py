@@ -70,3 +70,20 @@ def test_devices_lists_backends():
     d = json.loads(cli("devices", "--json", check=0).stdout)
     assert "onnxruntime" in d["backends"] and d["hardware"]["cpu"]["cores"] >= 1
     assert d["backends"]["onnxruntime"]["suitability"]["onnx-int8"]["score"] > 0
+
+
+def test_convert_fails_under_budget_and_leaves_nothing(tmp_path):
+    z = ZOO / "digits-cnn"
+    out = tmp_path / "never"
+    proc = cli("convert", z / "model.onnx", "-o", out, "--task", "image-classification", "--calibration",
+               z / "calibration", "--parity-data", z / "held_out", "--labels", z / "labels.txt",
+               "--preprocess", z / "preprocess.json", "--min-parity", "0.999")
+    assert proc.returncode == 7, proc.stderr
+    assert "top1_agreement = 0.99" in proc.stderr and "budget 0.999" in proc.stderr
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_convert_input_errors(tmp_path):
+    proc = cli("convert", tmp_path / "missing.onnx", "-o", tmp_path / "o", "--task", "image-classification",
+               "--calibration", tmp_path)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
