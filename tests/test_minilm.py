@@ -31,7 +31,7 @@ def test_embedding_parity_budget_recorded_and_met(minilm_embedding_artifact):
     man = json.loads((minilm_embedding_artifact / "manifest.json").read_text())
     par = man["variants"][0]["parity"]
     assert par["metric"] == "cosine_mean" and par["passed"]
-    assert par["value"] >= 0.99 and par["min"] >= 0.97 and par["samples"] >= 50
+    assert par["value"] >= 0.995 and par["min"] >= 0.99 and par["samples"] >= 50
     assert set(par["per_bucket"]) == {"seq64", "seq128"}
     q = man["variants"][0]["quantization"]
     assert q["weights"] == "int8" and q["calibration"]["samples"] > 100 and len(q["calibration"]["fingerprint"]) == 64
@@ -68,14 +68,13 @@ def test_classifier_parity_and_sst2_accuracy(minilm_classifier_artifact, minilm_
 
     man = json.loads((minilm_classifier_artifact / "manifest.json").read_text())
     par = man["variants"][0]["parity"]
-    # explicit budget 0.97 for this head (see converters/zoo.py); recorded, not hidden
-    assert par["metric"] == "top1_agreement" and par["budget"] == 0.97
-    assert par["value"] >= 0.97 and par["passed"] and par["samples"] == 872
+    assert par["metric"] == "top1_agreement" and par["budget"] == 0.99      # the default budget
+    assert par["value"] >= 0.99 and par["passed"] and par["samples"] == 872
     with er.load(minilm_classifier_artifact) as rt:
         rep = evaluate(rt, sst)
     assert rep["samples"] == 872 and not rep["errors"]
     fp32 = _fp32_accuracy(minilm_sources, sst)
-    assert fp32 >= 0.70                       # zero-shot head, measured 0.724
+    assert fp32 >= 0.74                       # zero-shot head, measured 0.765
     assert rep["accuracy"] >= fp32 - 0.01     # int8 costs at most one point
 
 
