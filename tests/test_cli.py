@@ -87,3 +87,14 @@ def test_convert_input_errors(tmp_path):
     proc = cli("convert", tmp_path / "missing.onnx", "-o", tmp_path / "o", "--task", "image-classification",
                "--calibration", tmp_path)
     assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def test_infer_tensors_from_json_file(make_artifact, tmp_path):
+    art = make_artifact("tensors")
+    f = tmp_path / "in.json"
+    f.write_text(json.dumps({"inputs": {"x": [[1, 2, 3, 4]], "k": [[1, 2]]}}))
+    out = json.loads(cli("infer", art, "--input", f, "--json", check=0).stdout)
+    assert out["outputs"]["y"]["shape"] == [1, 3] and out["device"] == "fake:cpu"
+    f.write_text(json.dumps({"inputs": {"x": [[1, 2, 3]], "k": [[1, 2]]}}))
+    proc = cli("infer", art, "--input", f)
+    assert proc.returncode == 2 and "input_wrong_shape" in proc.stderr
