@@ -7,7 +7,8 @@ cast to its dtype: deterministic, cheap, and shaped exactly like the
 manifest says, so the runtime's whole path runs without a framework.
 
 Options (``device_options`` of ``er.load``) inject faults: ``stall_ms``
-(sleep in run), ``fail_after`` (raise after N successful runs),
+(sleep in run), ``cancellable`` (the session takes a cancel token, like
+ONNX Runtime, and its stall stops when the token fires), ``fail_after`` (raise after N successful runs),
 ``fail_load`` (raise while loading).
 """
 
@@ -35,11 +36,12 @@ class FakeSession:
         self._runs = 0
         self._lock = threading.Lock()
         self._closed = False
+        self.cancellable = bool(options.get("cancellable"))
         for out in bucket["outputs"]:
             if f"W__{out['name']}" not in self._weights:
                 raise ValueError(f"fake model has no weights for output {out['name']!r}")
 
-    def run(self, feeds):
+    def run(self, feeds, cancel=None):
         if self._closed:
             raise RuntimeError("session is closed")
         check_feeds(feeds, self._bucket)
@@ -51,7 +53,11 @@ class FakeSession:
             raise RuntimeError("injected backend failure")
         stall = self._options.get("stall_ms")
         if stall:
-            time.sleep(float(stall) / 1000)
+            t_end = time.perf_counter() + float(stall) / 1000
+            while time.perf_counter() < t_end:
+                if cancel is not None and cancel.fired:
+                    raise RuntimeError("cancelled")
+                time.sleep(0.001)
         x = np.concatenate([feeds[t["name"]].astype(np.float32).ravel() for t in self._bucket["inputs"]])
         outs = {}
         for spec in self._bucket["outputs"]:

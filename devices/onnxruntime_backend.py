@@ -29,6 +29,10 @@ def _ort():
 
 
 class OnnxRuntimeSession:
+    # ORT stops a running call when its RunOptions.terminate is set, so the
+    # runtime runs it in the caller's thread and cancels it at the deadline
+    cancellable = True
+
     def __init__(self, model_path: Path, bucket: dict, providers: list[str], options: dict):
         ort = _ort()
         so = ort.SessionOptions()
@@ -49,11 +53,15 @@ class OnnxRuntimeSession:
         if declared != wanted:
             raise ValueError(f"model inputs {sorted(declared)} differ from the manifest's {sorted(wanted)}")
 
-    def run(self, feeds):
+    def run(self, feeds, cancel=None):
         if self._sess is None:
             raise RuntimeError("session is closed")
         check_feeds(feeds, self._bucket)
-        values = self._sess.run(self._outputs, dict(feeds))
+        opts = None
+        if cancel is not None:
+            opts = _ort().RunOptions()
+            cancel.on_cancel(lambda: setattr(opts, "terminate", True))
+        values = self._sess.run(self._outputs, dict(feeds), opts)
         return dict(zip(self._outputs, values))
 
     def info(self) -> dict:

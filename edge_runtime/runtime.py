@@ -25,6 +25,7 @@ from .errors import (DeviceError, EdgeRuntimeError, InferenceRuntimeError, Infer
 from .limits import DEFAULT_LIMITS, Limits
 from .result import InferenceResult
 from .selection import choose
+from .watchdog import WATCHDOG
 
 log = logging.getLogger("edge_runtime")
 _logged_fallbacks: set[str] = set()
@@ -167,22 +168,10 @@ class Runtime:
         if remaining <= 0:
             raise InferenceTimeout(f"deadline of {deadline} ms passed before the device call",
                                    code="inference_timeout", deadline_ms=deadline)
-        try:
-            future = self._pool.submit(sess.run, prepared.feeds)
-        except RuntimeError as exc:  # pool shut down by a concurrent close()
-            raise InferenceRuntimeError(f"runtime is closed: {exc}", code="runtime_closed", device=self.device,
-                                        variant=self.variant["target"]) from None
-        try:
-            outputs = future.result(timeout=remaining)
-        except FutureTimeout:
-            future.cancel()
-            raise InferenceTimeout(f"{self.device} did not answer within the {deadline} ms deadline",
-                                   code="inference_timeout", deadline_ms=deadline, device=self.device) from None
-        except Exception as exc:
-            raise InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "
-                                        f"{self.variant['buckets'][prepared.bucket]['name']}: "
-                                        f"{type(exc).__name__}: {exc}",
-                                        device=self.device, variant=self.variant["target"]) from exc
+        if getattr(sess, "cancellable", False):
+            outputs = self._run_inline(sess, prepared, remaining, deadline)
+        else:
+            outputs = self._run_pooled(sess, prepared, remaining, deadline)
         try:
             res = self.task.finish(outputs, prepared)
         except Exception as exc:
@@ -195,6 +184,40 @@ class Runtime:
             bucket=self.variant["buckets"][prepared.bucket]["name"], truncated=prepared.truncated,
             outputs=res.outputs,
         )
+
+    def _fail(self, exc, prepared):
+        return InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "
+                                     f"{self.variant['buckets'][prepared.bucket]['name']}: {type(exc).__name__}: {exc}",
+                                     device=self.device, variant=self.variant["target"])
+
+    def _timeout(self, deadline):
+        return InferenceTimeout(f"{self.device} did not answer within the {deadline} ms deadline",
+                                code="inference_timeout", deadline_ms=deadline, device=self.device)
+
+    def _run_inline(self, sess, prepared, remaining, deadline):
+        token, entry = WATCHDOG.arm(time.perf_counter() + remaining)
+        try:
+            return sess.run(prepared.feeds, cancel=token)
+        except Exception as exc:
+            if token.fired:
+                raise self._timeout(deadline) from None
+            raise self._fail(exc, prepared) from exc
+        finally:
+            WATCHDOG.disarm(entry)
+
+    def _run_pooled(self, sess, prepared, remaining, deadline):
+        try:
+            future = self._pool.submit(sess.run, prepared.feeds)
+        except RuntimeError as exc:  # pool shut down by a concurrent close()
+            raise InferenceRuntimeError(f"runtime is closed: {exc}", code="runtime_closed", device=self.device,
+                                        variant=self.variant["target"]) from None
+        try:
+            return future.result(timeout=remaining)
+        except FutureTimeout:
+            future.cancel()
+            raise self._timeout(deadline) from None
+        except Exception as exc:
+            raise self._fail(exc, prepared) from exc
 
     # -- introspection -----------------------------------------------------
     def info(self) -> dict:

@@ -94,3 +94,15 @@ def _fp32_accuracy(src, tsv):
                                  "token_type_ids": np.zeros_like(ids)})[0][0]
         ok += int(logits.argmax()) == int(label)
     return ok / len(rows)
+
+
+def test_deadline_cancels_a_running_onnxruntime_call(minilm_embedding_artifact):
+    import time
+
+    with er.load(minilm_embedding_artifact) as rt:
+        text = "shares rose sharply after the earnings report " * 12      # seq128, several ms
+        t0 = time.perf_counter()
+        with pytest.raises(er.InferenceTimeout):
+            rt.infer(text, deadline_ms=0.5)
+        assert (time.perf_counter() - t0) * 1000 < 50
+        assert rt.infer(text).bucket == "seq128"                          # keeps serving

@@ -25,10 +25,13 @@ def test_length_aware_routing(make_artifact):
         assert prepared.feeds["attention_mask"][0].tolist() == [1] * 4 + [0] * 4
 
 
-def test_deadline_on_a_stalling_backend_then_keeps_serving(make_artifact):
+@pytest.mark.parametrize("cancellable", [False, True], ids=["worker-pool", "inline+watchdog"])
+def test_deadline_on_a_stalling_backend_then_keeps_serving(make_artifact, cancellable):
     path = make_artifact("tensors")
     x = {"x": np.ones((1, 4), np.float32), "k": np.ones((1, 2), np.int32)}
-    with er.load(path, device="fake", device_options={"stall_ms": 400}, warmup=False) as rt:
+    opts = {"stall_ms": 400, "cancellable": cancellable}
+    with er.load(path, device="fake", device_options=opts, warmup=False) as rt:
+        assert rt._sessions[0].cancellable is cancellable
         t0 = time.perf_counter()
         with pytest.raises(er.InferenceTimeout) as ei:
             rt.infer(x, deadline_ms=100)

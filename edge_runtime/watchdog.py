@@ -1,0 +1,79 @@
+"""Deadlines without a thread hop: one watchdog thread cancels late calls.
+
+Backends whose sessions can cancel a running call (``session.cancellable``;
+ONNX Runtime through ``RunOptions.terminate``) run in the caller's thread;
+the watchdog fires the call's cancel hook when its deadline passes. Handing
+every call to a worker thread instead costs two thread wake-ups (~150 µs on
+this machine, 3% of a 5 ms MiniLM call). Sessions that cannot cancel still
+go through the runtime's worker pool, which returns at the deadline.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+
+
+class CancelToken:
+    __slots__ = ("fired", "_hooks")
+
+    def __init__(self):
+        self.fired = False
+        self._hooks = []
+
+    def on_cancel(self, fn) -> None:
+        self._hooks.append(fn)
+
+    def fire(self) -> None:
+        self.fired = True
+        for fn in self._hooks:
+            try:
+                fn()
+            except Exception:  # a failing hook must not kill the watchdog
+                pass
+
+
+class Watchdog:
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._heap: list = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, t_end: float) -> tuple[CancelToken, list]:
+        token = CancelToken()
+        entry = [t_end, next(self._seq), token, True]     # [deadline, seq, token, active]
+        with self._cv:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="edge-infer-watchdog", daemon=True)
+                self._thread.start()
+            earliest = not self._heap or t_end < self._heap[0][0]
+            heapq.heappush(self._heap, entry)
+            if earliest:
+                self._cv.notify()
+        return token, entry
+
+    @staticmethod
+    def disarm(entry: list) -> None:
+        entry[3] = False
+
+    def _loop(self) -> None:
+        with self._cv:
+            while True:
+                while self._heap and not self._heap[0][3]:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._cv.wait()
+                    continue
+                wait = self._heap[0][0] - time.perf_counter()
+                if wait > 0:
+                    self._cv.wait(wait)
+                    continue
+                entry = heapq.heappop(self._heap)
+                if entry[3]:
+                    entry[2].fire()
+
+
+WATCHDOG = Watchdog()
