@@ -146,8 +146,6 @@ def smooth_quant(model, feeds: list[dict], alpha: float, exclude: set, op_types)
 
 
 def _toposort(model) -> None:
-    import onnx  # noqa: F401
-
     produced = {i.name for i in model.graph.input} | {i.name for i in model.graph.initializer} | {""}
     pending, ordered = list(model.graph.node), []
     while pending:
