@@ -66,6 +66,11 @@ class Task:
     def compare(reference: list[TaskOutput], candidate: list[TaskOutput]) -> dict:
         raise NotImplementedError
 
+    def warmup_sample(self):
+        """A raw input the runtime runs once at load, so the first real call
+        does not pay for first-use code paths (decoders, tokenizer caches)."""
+        return None
+
     # -- helpers -----------------------------------------------------------
     def output_spec(self, name: str, bucket: int = 0) -> dict:
         for spec in self.buckets[bucket]["outputs"]:

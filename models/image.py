@@ -20,7 +20,7 @@ _RESAMPLE = {"bilinear": 2, "nearest": 0, "bicubic": 3, "lanczos": 1, "box": 4}
 
 
 def _pil():
-    from PIL import Image
+    from PIL import BmpImagePlugin, Image, JpegImagePlugin, PngImagePlugin  # noqa: F401 (plugins load once, here)
 
     Image.MAX_IMAGE_PIXELS = None  # our own limit is checked first, from the header
     return Image

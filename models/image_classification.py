@@ -9,7 +9,7 @@ import numpy as np
 from edge_runtime.errors import ArtifactError
 
 from .base import Prepared, Task, TaskOutput, classification_parity, dequantize, softmax, top_k_scores
-from .image import decode, load_image_samples, to_tensor
+from .image import _pil, decode, load_image_samples, to_tensor
 
 
 class ImageClassification(Task):
@@ -28,6 +28,7 @@ class ImageClassification(Task):
             raise ArtifactError("image classification models take one input", file="manifest.json",
                                 code="manifest_field_invalid")
         self.input = inputs[0]
+        _pil()  # import the decoder at load, not inside the first infer()'s latency
         channels = int(self.pre.get("channels", 3))
         self.mode = {1: "L", 3: "RGB"}.get(channels)
         if self.mode is None:
@@ -43,6 +44,14 @@ class ImageClassification(Task):
                                 code="artifact_labels_mismatch")
         self.top_k = self.post.get("top_k", 5)
         self.apply_softmax = self.post.get("softmax", True)
+
+    def warmup_sample(self):
+        import io
+
+        buf = io.BytesIO()
+        h, w = self.pre["size"]
+        _pil().new(self.mode, (w, h)).save(buf, format="PNG")
+        return buf.getvalue()
 
     def request_bytes(self, raw) -> int:
         if isinstance(raw, (str, os.PathLike)):

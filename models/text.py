@@ -60,6 +60,9 @@ class TextTask(Task):
         self.tokenizer.enable_truncation(max_length=self.max_length)
         self.pad_id = int(self.pre.get("pad_id", 0))
 
+    def warmup_sample(self):
+        return "warm up the tokenizer"
+
     def text_of(self, raw, limits) -> str:
         if isinstance(raw, dict) and set(raw) == {"text"}:
             raw = raw["text"]
