@@ -13,6 +13,12 @@ class OnnxInt8Converter:
     target = "onnx-int8"
     suffix = ".onnx"
 
+    @property
+    def recipes(self) -> tuple[str, ...]:
+        from .onnx_quant import RECIPES
+
+        return tuple(RECIPES)
+
     def default_recipe(self, task: str) -> str:
         return "transformer" if task.startswith("text-") else "cnn"
 

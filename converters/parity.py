@@ -7,7 +7,10 @@ same ``finish``; the task's ``compare`` turns the pairs into one figure.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+
+import numpy as np
 
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.limits import DEFAULT_LIMITS
@@ -16,7 +19,7 @@ DEFAULT_BUDGETS = {"top1_agreement": 0.99, "cosine_mean": 0.99}
 
 
 def measure(task_ref, sessions_ref, task_cand, sessions_cand, samples, limits=DEFAULT_LIMITS) -> dict:
-    refs, cands, buckets = [], [], []
+    refs, cands, buckets, run_ms = [], [], [], []
     skipped = 0
     for raw in samples:
         try:
@@ -26,7 +29,10 @@ def measure(task_ref, sessions_ref, task_cand, sessions_cand, samples, limits=DE
             continue
         ref = task_ref.finish(sessions_ref[prepared.bucket].run(prepared.feeds), prepared)
         cand_prep = task_cand.prepare(raw, limits)
-        cand = task_cand.finish(sessions_cand[cand_prep.bucket].run(cand_prep.feeds), cand_prep)
+        t0 = time.perf_counter()
+        cand_out = sessions_cand[cand_prep.bucket].run(cand_prep.feeds)
+        run_ms.append((time.perf_counter() - t0) * 1000)
+        cand = task_cand.finish(cand_out, cand_prep)
         refs.append(ref)
         cands.append(cand)
         buckets.append(task_ref.buckets[prepared.bucket]["name"])
@@ -40,6 +46,7 @@ def measure(task_ref, sessions_ref, task_cand, sessions_cand, samples, limits=DE
     for b, idx in sorted(groups.items()):
         per_bucket[b] = task_ref.compare([refs[i] for i in idx], [cands[i] for i in idx])
     overall["per_bucket"] = per_bucket
+    overall["device_ms_median"] = round(float(np.median(run_ms)), 3)
     if skipped:
         overall["skipped_samples"] = skipped
     return overall

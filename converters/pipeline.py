@@ -170,44 +170,69 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
         ort_backend = registry.get_backend("onnxruntime")
         ref_sessions = [ort_backend.load(p, b, "cpu", {}) for _, p, b in fp32]
         variants, failures = [], []
+        _check_recipe(req)
         for target in req.targets:
             converter = get_converter(target)
             buckets, quant = [], None
+            recipe = _recipe_for(req.recipe, target, converter)
+            budget = parity.budget_for(task_cls.parity_metric, req.min_parity)
             for bname, path, bspec in fp32:
                 progress(f"{target}: quantizing bucket {bname} with {len(calib)} calibration samples")
                 one = task_cls(draft, read, [bspec])
-                feeds = []
+                prepared = []
                 for s in calib:
                     try:
-                        feeds.append(one.prepare(s, DEFAULT_LIMITS).feeds)
+                        prepared.append(one.prepare(s, DEFAULT_LIMITS))
                     except InputError:
                         continue
                 rel = f"{target}/{bname}{converter.suffix}"
                 dst = tmp / rel
                 dst.parent.mkdir(parents=True, exist_ok=True)
-                info = converter.build_bucket(path, dst, feeds, {"task": req.task, "recipe": req.recipe,
-                                                                 "overrides": req.recipe_overrides, "work": work})
+                try:
+                    info = converter.build_bucket(path, dst, [p.feeds for p in prepared], {
+                        "task": req.task, "recipe": recipe, "overrides": req.recipe_overrides, "work": work,
+                        "task_obj": one, "prepared": prepared, "budget": budget})
+                except ValueError as exc:  # a bad recipe/override or unusable calibration data
+                    raise InputError(f"{target}: {exc}", code="convert_recipe_invalid") from None
                 quant = quant or info
                 writer.add_file(rel)
-                ins, outs = io_specs(dst)
-                buckets.append({"name": bname, "file": rel, "inputs": ins, "outputs": outs})
+                bucket = {"name": bname, "file": rel}
+                if hasattr(converter, "describe"):
+                    ins, outs, extra = converter.describe(dst)
+                    if extra:
+                        bucket["extra_files"] = [writer.add_file(f"{target}/{Path(e).name}") for e in extra]
+                else:
+                    ins, outs = io_specs(dst)
+                bucket.update(inputs=ins, outputs=outs)
+                buckets.append(bucket)
             quant = dict(quant)
             quant["calibration"] = {"samples": len(calib), "fingerprint": _fingerprint(calib),
                                     "source": Path(req.calibration).name}
-            progress(f"{target}: measuring parity against fp32 on {len(held)} samples")
-            cand_sessions = _target_sessions(target, tmp, buckets)
             task_cand = task_cls(draft, read, buckets)
-            par = parity.measure(task_ref, ref_sessions, task_cand, cand_sessions, held)
-            for s in cand_sessions:
-                s.close()
+            trials = []
+            for opts in getattr(converter, "runtime_candidates", lambda: [{}])():
+                progress(f"{target}: measuring parity against fp32 on {len(held)} samples"
+                         + (f" with {opts}" if opts else ""))
+                cand_sessions = _target_sessions(target, tmp, buckets, opts)
+                try:
+                    trials.append((opts, parity.measure(task_ref, ref_sessions, task_cand, cand_sessions, held)))
+                finally:
+                    for s in cand_sessions:
+                        s.close()
+            runtime_opts, par = _pick_runtime(trials, budget)
             par["budget"] = parity.budget_for(par["metric"], req.min_parity)
             par["reference"] = "fp32 source ONNX on onnxruntime:cpu, same pre/post-processing"
             par["data"] = parity_source
             par["passed"] = par["value"] is not None and par["value"] >= par["budget"]
             if not par["passed"]:
                 failures.append(f"{target}: {par['metric']} {par['value']:.4f} < budget {par['budget']}")
-            variants.append({"target": target, "buckets": buckets, "quantization": quant, "parity": par,
-                             "toolchain": _toolchain(converter)})
+            variant = {"target": target, "buckets": buckets, "quantization": quant, "parity": par,
+                       "toolchain": _toolchain(converter)}
+            if len(trials) > 1 or runtime_opts:
+                variant["runtime"] = runtime_opts
+                variant["runtime_trials"] = [{"options": o, "parity": p["value"], "min": p.get("min"),
+                                              "device_ms_median": p["device_ms_median"]} for o, p in trials]
+            variants.append(variant)
         for s in ref_sessions:
             s.close()
 
@@ -241,15 +266,58 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _target_sessions(target: str, root: Path, buckets: list[dict]):
+def _pick_runtime(trials: list, budget: float) -> tuple[dict, dict]:
+    """The fastest runtime option set whose parity meets the budget (else the first)."""
+    passing = [(o, p) for o, p in trials if p["value"] is not None and p["value"] >= budget]
+    if not passing:
+        return trials[0]
+    # the first option set (the most exact) unless another is clearly (>10%) faster: timing noise
+    # must not flip an artifact's precision from one build to the next
+    opts, par = passing[0]
+    fastest = min(passing, key=lambda t: t[1]["device_ms_median"])
+    if fastest[1]["device_ms_median"] < 0.9 * par["device_ms_median"]:
+        opts, par = fastest
+    if len(trials) > 1 and opts:
+        others = ", ".join(f"{o}: {p['device_ms_median']} ms, parity {p['value']:.4f}" for o, p in trials)
+        opts = {**opts, "why": f"fastest within the parity budget at convert time ({others})"}
+    return opts, par
+
+
+def _target_sessions(target: str, root: Path, buckets: list[dict], options: dict | None = None):
     """Load the built variant on the best local backend for its target."""
     choice = choose([{"target": target, "buckets": buckets}], detect_cached())
     backend = registry.get_backend(choice.backend_name)
     sub = choice.suitability.device.partition(":")[2] or None
     try:
-        return [backend.load(root / b["file"], b, sub, {}) for b in buckets]
+        return [backend.load(root / b["file"], b, sub, dict(options or {})) for b in buckets]
     except Exception as exc:
         raise DeviceError(f"cannot load the built {target} variant for parity: {exc}") from exc
+
+
+def _check_recipe(req: ConvertRequest) -> None:
+    if not req.recipe or "=" in req.recipe:
+        return
+    known = {t: tuple(getattr(get_converter(t), "recipes", ()) or ()) for t in req.targets}
+    if not any(req.recipe in names for names in known.values()):
+        raise InputError(f"no target knows recipe {req.recipe!r} ("
+                         + "; ".join(f"{t}: {', '.join(n) or '?'}" for t, n in known.items()) + ")",
+                         code="convert_recipe_invalid")
+
+
+def _recipe_for(recipe: str | None, target: str, converter) -> str | None:
+    """``--recipe`` is one name (for the targets that know it) or ``target=name,...``."""
+    if not recipe:
+        return None
+    if "=" in recipe:
+        table = {}
+        for part in recipe.split(","):
+            key, _, value = part.partition("=")
+            if not key.strip() or not value.strip():
+                raise InputError(f"--recipe {recipe!r}: expected target=recipe pairs", code="convert_recipe_invalid")
+            table[key.strip()] = value.strip()
+        return table.get(target)
+    known = tuple(getattr(converter, "recipes", ()) or ())
+    return recipe if (not known or recipe in known) else None
 
 
 def _toolchain(converter) -> dict:

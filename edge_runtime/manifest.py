@@ -104,6 +104,8 @@ def validate(data: Any) -> None:
         _check(variant, _VARIANT, where)
         _check(variant["quantization"], _QUANT, f"{where}.quantization")
         _check(variant["parity"], _PARITY, f"{where}.parity")
+        if not isinstance(variant.get("runtime", {}), dict):
+            raise ArtifactError(f"{where}.runtime must be an object", file=MANIFEST_NAME, code="manifest_field_invalid")
         if not variant["buckets"]:
             raise ArtifactError(f"{where} has no buckets", file=MANIFEST_NAME, code="manifest_field_missing")
         for j, bucket in enumerate(variant["buckets"]):
@@ -111,6 +113,10 @@ def validate(data: Any) -> None:
             _check(bucket, _BUCKET, bwhere)
             if bucket["file"] not in data["files"]:
                 raise ArtifactError(f"{bwhere}.file {bucket['file']!r} is not listed in files", file=MANIFEST_NAME,
+                                    code="manifest_field_invalid")
+            extra = bucket.get("extra_files", [])
+            if not isinstance(extra, list) or any(not isinstance(e, str) or e not in data["files"] for e in extra):
+                raise ArtifactError(f"{bwhere}.extra_files must list files named in files", file=MANIFEST_NAME,
                                     code="manifest_field_invalid")
             for k, tensor in enumerate(bucket["inputs"] + bucket["outputs"]):
                 _check(tensor, _TENSOR, f"{bwhere}.tensor[{k}]")

@@ -58,10 +58,15 @@ class Runtime:
         backend = registry.get_backend(self.choice.backend_name)
         sub = self.choice.suitability.device.partition(":")[2] or None
         self._sessions = []
+        # options the converter measured and recorded for this variant, under the caller's
+        recorded = dict(self.variant.get("runtime") or {})
+        if set(device_options or {}) & set(recorded):
+            recorded.pop("why", None)      # the caller overrides the recorded choice
+        self.device_options = {**recorded, **(device_options or {})}
         try:
             for bucket in self.variant["buckets"]:
                 try:
-                    sess = backend.load(self.artifact.path(bucket["file"]), bucket, sub, device_options or {})
+                    sess = backend.load(self.artifact.path(bucket["file"]), bucket, sub, dict(self.device_options))
                 except EdgeRuntimeError:
                     raise
                 except Exception as exc:
@@ -134,7 +139,9 @@ class Runtime:
         """One ``InferenceResult`` or ``EdgeRuntimeError`` per item, in input order.
 
         The batch as a whole is checked first (item count, total size); the
-        deadline applies to each item.
+        deadline applies to each item. Backends whose sessions run many
+        requests at once (``run_many``: OpenVINO's THROUGHPUT queue) get the
+        whole batch, bounded by ``deadline × items`` per bucket group.
         """
         lim = self.limits if limits is None else self.limits.merged(limits)
         if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__len__"):
@@ -147,6 +154,8 @@ class Runtime:
             raise InputError(f"batch is {total} bytes, over the request limit of {lim.max_request_bytes}",
                              code="input_too_large", limit=lim.max_request_bytes)
         deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
+        if len(items) > 1 and all(hasattr(s, "run_many") for s in self._sessions):
+            return self._infer_many(list(items), lim, deadline)
         out = []
         for raw in items:
             t0 = time.perf_counter()
@@ -160,17 +169,7 @@ class Runtime:
         if self._closed:
             raise InferenceRuntimeError("runtime is closed", code="runtime_closed", device=self.device,
                                         variant=self.variant["target"])
-        size = self.task.request_bytes(raw)
-        if size > lim.max_request_bytes:
-            raise InputError(f"request is {size} bytes, over the limit of {lim.max_request_bytes}",
-                             code="input_too_large", limit=lim.max_request_bytes)
-        try:
-            prepared = self.task.prepare(raw, lim)
-        except EdgeRuntimeError:
-            raise
-        except Exception as exc:  # a task bug or an exotic input must still be typed
-            raise InputError(f"input could not be prepared: {type(exc).__name__}: {exc}",
-                             code="input_invalid") from exc
+        prepared = self._prepare(raw, lim)
         sess = self._sessions[prepared.bucket]
         remaining = t_end - time.perf_counter()
         if remaining <= 0:
@@ -180,11 +179,22 @@ class Runtime:
             outputs = self._run_inline(sess, prepared, remaining, deadline)
         else:
             outputs = self._run_pooled(sess, prepared, remaining, deadline)
+        return self._result(self._finish(outputs, prepared), prepared, t0, trace_id)
+
+    def _prepare(self, raw, lim: Limits):
+        size = self.task.request_bytes(raw)
+        if size > lim.max_request_bytes:
+            raise InputError(f"request is {size} bytes, over the limit of {lim.max_request_bytes}",
+                             code="input_too_large", limit=lim.max_request_bytes)
         try:
-            res = self.task.finish(outputs, prepared)
-        except Exception as exc:
-            raise InferenceRuntimeError(f"post-processing failed: {type(exc).__name__}: {exc}",
-                                        device=self.device, variant=self.variant["target"]) from exc
+            return self.task.prepare(raw, lim)
+        except EdgeRuntimeError:
+            raise
+        except Exception as exc:  # a task bug or an exotic input must still be typed
+            raise InputError(f"input could not be prepared: {type(exc).__name__}: {exc}",
+                             code="input_invalid") from exc
+
+    def _result(self, res, prepared, t0, trace_id) -> InferenceResult:
         return InferenceResult(
             prediction=res.prediction, scores=res.scores, embedding=res.embedding,
             latency_ms=(time.perf_counter() - t0) * 1000, device=self.device, target=self.variant["target"],
@@ -192,6 +202,53 @@ class Runtime:
             bucket=self.variant["buckets"][prepared.bucket]["name"], truncated=prepared.truncated,
             outputs=res.outputs,
         )
+
+    def _finish(self, outputs, prepared):
+        try:
+            return self.task.finish(outputs, prepared)
+        except Exception as exc:
+            raise InferenceRuntimeError(f"post-processing failed: {type(exc).__name__}: {exc}",
+                                        device=self.device, variant=self.variant["target"]) from exc
+
+    def _infer_many(self, items: list, lim: Limits, deadline) -> list:
+        """Batch path for sessions with ``run_many`` (OpenVINO's AsyncInferQueue).
+
+        Items are prepared first (an input error stays that item's result),
+        grouped per bucket and run together; each group may take at most
+        ``deadline`` per item, as the one-by-one loop would. ``latency_ms`` is
+        the time from the batch start until that item's result was ready.
+        """
+        if self._closed:
+            raise InferenceRuntimeError("runtime is closed", code="runtime_closed", device=self.device,
+                                        variant=self.variant["target"])
+        t0 = time.perf_counter()
+        out: list = [None] * len(items)
+        groups: dict[int, list] = {}
+        for i, raw in enumerate(items):
+            try:
+                prepared = self._prepare(raw, lim)
+            except EdgeRuntimeError as exc:
+                out[i] = exc
+                continue
+            groups.setdefault(prepared.bucket, []).append((i, prepared))
+        for bucket, members in groups.items():
+            sess = self._sessions[bucket]
+            budget = deadline / 1000 * len(members)
+            try:
+                raw_outs = sess.run_many([p.feeds for _, p in members], timeout_s=budget)
+            except Exception as exc:
+                raw_outs = [exc] * len(members)
+            for (i, prepared), res in zip(members, raw_outs):
+                if isinstance(res, TimeoutError):
+                    out[i] = self._timeout(deadline)
+                elif isinstance(res, BaseException):
+                    out[i] = self._fail(res, prepared)
+                else:
+                    try:
+                        out[i] = self._result(self._finish(res, prepared), prepared, t0, None)
+                    except EdgeRuntimeError as exc:
+                        out[i] = exc
+        return out
 
     def _fail(self, exc, prepared):
         return InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "
@@ -244,6 +301,7 @@ class Runtime:
             "buckets": [{"name": b["name"], "inputs": b["inputs"], "outputs": b["outputs"]}
                         for b in self.variant["buckets"]],
             "sessions": [s.info() for s in self._sessions],
+            "device_options": self.device_options,
             "quantization": self.variant["quantization"],
             "parity": self.variant["parity"],
             "limits": self.limits.to_dict(),
