@@ -6,7 +6,8 @@ import importlib
 from importlib import metadata
 
 GROUP = "edge_runtime.converters"
-_BUILTIN = {"onnx-int8": "edge_runtime.converters.onnx_int8:OnnxInt8Converter"}
+_BUILTIN = {"onnx-int8": "edge_runtime.converters.onnx_int8:OnnxInt8Converter",
+            "openvino": "edge_runtime.converters.openvino_int8:OpenVinoConverter"}
 
 
 def converter_targets() -> dict[str, str]:

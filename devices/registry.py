@@ -18,6 +18,7 @@ GROUP = "edge_runtime.devices"
 # source tree without `pip install`); the entry points are the real registry.
 _BUILTIN = {
     "onnxruntime": "edge_runtime.devices.onnxruntime_backend:OnnxRuntimeBackend",
+    "openvino": "edge_runtime.devices.openvino_backend:OpenVinoBackend",
     "fake": "edge_runtime.devices.fake:FakeBackend",
 }
 

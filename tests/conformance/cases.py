@@ -23,4 +23,9 @@ CASES = [
      ["Stock market crashes!", "A quiet day of trading ends with small gains for tech shares " * 3]),
     ("onnxruntime-minilm-cls", "onnxruntime", ("fixture", "minilm_classifier_artifact"),
      ["Stock market crashes!", "What a wonderful, uplifting film."]),
+    ("openvino-digits", "openvino", ("fixture", "ov_digits_artifact"), [DIGIT, np.full((8, 8), 30, np.uint8)]),
+    ("openvino-minilm-embed", "openvino", ("fixture", "ov_minilm_embedding_artifact"),
+     ["Stock market crashes!", "A quiet day of trading ends with small gains for tech shares " * 3]),
+    ("openvino-minilm-cls", "openvino", ("fixture", "ov_minilm_classifier_artifact"),
+     ["Stock market crashes!", "What a wonderful, uplifting film."]),
 ]

@@ -12,7 +12,7 @@ from edge_runtime.devices.base import Backend, Session
 
 from .cases import CASES
 
-SLOW = {"onnxruntime-minilm-embed", "onnxruntime-minilm-cls"}
+SLOW = {"onnxruntime-minilm-embed", "onnxruntime-minilm-cls", "openvino-minilm-embed", "openvino-minilm-cls"}
 
 
 @pytest.fixture(params=CASES, ids=[c[0] for c in CASES])

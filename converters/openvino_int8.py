@@ -1,0 +1,52 @@
+"""The ``openvino`` target: NNCF int8 OpenVINO IR (``.xml`` + ``.bin``) per bucket.
+
+Per bucket: the fp32 ONNX with static dims (done by the pipeline) →
+``openvino.convert_model`` → ``openvino_quant.quantize`` → IR saved with
+fp32 weights storage (no silent fp16 compression).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class OpenVinoConverter:
+    target = "openvino"
+    suffix = ".xml"
+    recipes = ("cnn", "transformer", "transformer-fast", "accuracy-control")
+
+    def default_recipe(self, task: str) -> str:
+        return "transformer" if task.startswith("text-") else "cnn"
+
+    def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict], options: dict) -> dict:
+        from .openvino_quant import quantize
+
+        recipe = options.get("recipe") or self.default_recipe(options["task"])
+        return quantize(fp32_path, out_path, calibration_feeds, task=options["task"], recipe=recipe,
+                        overrides=options.get("overrides"), task_obj=options.get("task_obj"),
+                        prepared=options.get("prepared"), budget=options.get("budget"))
+
+    def runtime_candidates(self) -> list[dict]:
+        """Inference precisions to measure parity and speed with; the fastest
+        within budget is recorded in the variant and used by the backend."""
+        from edge_runtime.devices.openvino_backend import precision_candidates
+
+        return precision_candidates()
+
+    def describe(self, path: Path) -> tuple[list[dict], list[dict], list[Path]]:
+        """(inputs, outputs, companion files) of a saved IR."""
+        import openvino as ov
+
+        model = ov.Core().read_model(str(path))
+
+        def spec(port):
+            return {"name": port.get_any_name(), "dtype": port.get_element_type().to_dtype().name,
+                    "shape": [int(d) for d in port.get_partial_shape().to_shape()]}
+
+        return [spec(p) for p in model.inputs], [spec(p) for p in model.outputs], [Path(path).with_suffix(".bin")]
+
+    def toolchain(self) -> dict:
+        import nncf
+        import openvino
+
+        return {"openvino": openvino.__version__, "nncf": nncf.__version__}

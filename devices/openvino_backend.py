@@ -1,0 +1,322 @@
+"""OpenVINO backend: int8 IR on CPU (GPU/NPU/AUTO when present and asked for).
+
+One ``openvino.Core`` per process; per bucket one model compiled with the
+LATENCY hint for ``infer()`` and, on first ``infer_batch()``, one compiled
+with THROUGHPUT behind an ``AsyncInferQueue``. Infer requests are pooled and
+reused, never created per call; each call holds its own request, so
+concurrent ``infer()`` from many threads is safe. A running request stops
+when the runtime's watchdog calls ``InferRequest.cancel()`` at the deadline.
+
+Precision: OpenVINO's CPU default runs the float parts of a graph in bf16
+where the CPU has it. The converter measures parity and speed for f32 and
+(where supported) bf16 and records the fastest that meets the parity budget
+in the variant (``runtime.precision``); the backend uses that, a caller's
+``device_options={"precision": ...}`` overrides it, and without either it
+runs f32. What actually ran is read back from the compiled model and shown
+in ``rt.info()``.
+
+Model cache: compiled blobs go to ``$EDGE_RUNTIME_CACHE_DIR/openvino`` (default
+``$XDG_CACHE_HOME/edge-runtime/openvino``, else ``~/.cache/edge-runtime/openvino``)
+so a second start skips compilation; ``cache=False`` or
+``EDGE_RUNTIME_OV_CACHE=0`` switches it off.
+
+``openvino`` is imported when a session loads or a non-CPU device is asked
+for, never at module import.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .base import Suitability, check_feeds
+
+_DEVICES = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU", "auto": "AUTO"}
+_PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
+_core = None
+_core_lock = threading.Lock()
+
+
+def _ov():
+    import openvino
+
+    return openvino
+
+
+def core():
+    global _core
+    with _core_lock:
+        if _core is None:
+            _core = _ov().Core()
+        return _core
+
+
+def cache_dir(options: dict) -> Path | None:
+    """The compiled-model cache directory, or None when switched off."""
+    if options.get("cache") is False or os.environ.get("EDGE_RUNTIME_OV_CACHE", "1").lower() in ("0", "false", "off"):
+        return None
+    if options.get("cache_dir"):
+        return Path(options["cache_dir"])
+    base = os.environ.get("EDGE_RUNTIME_CACHE_DIR")
+    if base:
+        return Path(base) / "openvino"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg or Path.home() / ".cache") / "edge-runtime" / "openvino"
+
+
+def choose_precision(options: dict) -> tuple[str, str]:
+    """(precision, why). An artifact records the precision its converter
+    measured fastest within the parity budget (``variant.runtime``); without
+    one, ``auto`` is f32, the closest to the fp32 reference."""
+    want = str(options.get("precision", "auto")).lower()
+    if want in _PRECISIONS:
+        return want, str(options.get("why") or "requested")
+    if want != "auto":
+        raise ValueError(f"unknown OpenVINO precision {want!r} (auto, f32, bf16, f16)")
+    return "f32", "no measured choice recorded: f32, the closest to the fp32 reference"
+
+
+class _RequestPool:
+    """Free infer requests of one compiled model; grows on demand up to ``limit``."""
+
+    def __init__(self, compiled, limit: int):
+        self._compiled = compiled
+        self._free = [compiled.create_infer_request()]   # one made at load: the first call pays nothing
+        self._made = 1
+        self._limit = max(1, limit)
+        self._cv = threading.Condition()
+
+    def acquire(self):
+        with self._cv:
+            while not self._free:
+                if self._made < self._limit:
+                    self._made += 1
+                    return self._compiled.create_infer_request()
+                self._cv.wait()
+            return self._free.pop()
+
+    def release(self, req) -> None:
+        with self._cv:
+            self._free.append(req)
+            self._cv.notify()
+
+    @property
+    def size(self) -> int:
+        return self._made
+
+
+class OpenVinoSession:
+    cancellable = True
+
+    def __init__(self, model_path: Path, bucket: dict, device: str, options: dict):
+        ov_device = _DEVICES[device]
+        self._bucket = bucket
+        self._options = options
+        self.precision, self.precision_reason = choose_precision(options)
+        self.cache = cache_dir(options)
+        self._config = {"INFERENCE_PRECISION_HINT": self.precision}
+        if self.cache is not None:
+            self.cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._config["CACHE_DIR"] = str(self.cache)
+        if options.get("threads") or os.environ.get("EDGE_RUNTIME_THREADS"):
+            self._config["INFERENCE_NUM_THREADS"] = int(options.get("threads") or os.environ["EDGE_RUNTIME_THREADS"])
+        self._ov_device = ov_device
+        t0 = time.perf_counter()
+        self._model = core().read_model(str(model_path))
+        self._compiled = core().compile_model(self._model, ov_device, {**self._config, "PERFORMANCE_HINT": "LATENCY"})
+        self.compile_ms = round((time.perf_counter() - t0) * 1000, 1)
+        names = [o.get_any_name() for o in self._compiled.outputs]
+        wanted = [t["name"] for t in bucket["outputs"]]
+        missing = [n for n in wanted if n not in names]
+        if missing:
+            raise ValueError(f"IR has no output(s) {missing} (has {names})")
+        declared = {i.get_any_name() for i in self._compiled.inputs}
+        if declared != {t["name"] for t in bucket["inputs"]}:
+            raise ValueError(f"IR inputs {sorted(declared)} differ from the manifest's "
+                             f"{sorted(t['name'] for t in bucket['inputs'])}")
+        self._out_idx = [names.index(n) for n in wanted]
+        self._out_names = wanted
+        self._pool = _RequestPool(self._compiled, int(options.get("max_requests", 8)))
+        try:
+            executed = list(self._compiled.get_property("EXECUTION_DEVICES"))
+        except Exception:
+            executed = [ov_device]
+        self.executed_on = executed
+        self.device = "openvino:" + (executed[0].lower() if ov_device == "AUTO" and executed else device)
+        self._tp = None          # (compiled THROUGHPUT model, AsyncInferQueue), made on first run_many
+        self._tp_lock = threading.Lock()
+        self._closed = False
+
+    # -- infer() -------------------------------------------------------------
+    def _collect(self, req) -> dict[str, np.ndarray]:
+        return {n: req.get_output_tensor(i).data.copy() for n, i in zip(self._out_names, self._out_idx)}
+
+    def run(self, feeds, cancel=None):
+        if self._closed:
+            raise RuntimeError("session is closed")
+        check_feeds(feeds, self._bucket)
+        req = self._pool.acquire()
+        guard = None
+        if cancel is not None:
+            # the watchdog may fire after this call has handed its request back;
+            # the guard makes a late cancel a no-op instead of hitting someone else's call
+            guard = [req, threading.Lock()]
+
+            def _cancel(g=guard):
+                with g[1]:
+                    if g[0] is not None:
+                        g[0].cancel()
+
+            cancel.on_cancel(_cancel)
+        try:
+            req.infer(feeds, share_inputs=True, share_outputs=True)
+            return self._collect(req)
+        finally:
+            if guard is not None:
+                with guard[1]:
+                    guard[0] = None
+            self._pool.release(req)
+
+    # -- infer_batch(): THROUGHPUT + AsyncInferQueue -----------------------------
+    def _throughput(self):
+        with self._tp_lock:
+            if self._tp is None:
+                ov = _ov()
+                compiled = core().compile_model(self._model, self._ov_device,
+                                                {**self._config, "PERFORMANCE_HINT": "THROUGHPUT"})
+                jobs = int(self._options.get("jobs") or compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+                self._tp = [compiled, ov.AsyncInferQueue(compiled, max(1, jobs)), threading.Lock(), max(1, jobs)]
+            return self._tp
+
+    def run_many(self, feeds_list, timeout_s: float | None = None) -> list:
+        """Run many feeds at once; one output dict or Exception per item, in order.
+
+        Items not yet started ``timeout_s`` after the start are not run and
+        come back as ``TimeoutError``; requests already running finish (at
+        most one inference per job past the deadline). Cancelling jobs inside
+        an ``AsyncInferQueue`` leaves it re-raising on later batches, so the
+        batch path never cancels; ``infer()`` does.
+        """
+        if self._closed:
+            raise RuntimeError("session is closed")
+        for feeds in feeds_list:
+            check_feeds(feeds, self._bucket)
+        tp = self._throughput()
+        results: list = [None] * len(feeds_list)
+        names, idx = self._out_names, self._out_idx
+        t_end = None if timeout_s is None else time.perf_counter() + max(timeout_s, 0.0)
+
+        def done(req, i):
+            results[i] = {n: req.get_output_tensor(j).data.copy() for n, j in zip(names, idx)}
+
+        with tp[2]:  # one batch at a time per queue; infer() keeps its own requests
+            queue = tp[1]
+            queue.set_callback(done)
+            failed = None
+            late = False
+            for i, feeds in enumerate(feeds_list):
+                if t_end is not None and time.perf_counter() > t_end:
+                    late = True
+                    break
+                try:
+                    queue.start_async(feeds, userdata=i, share_inputs=True)
+                except Exception as exc:  # an earlier job failed; its error surfaces here
+                    failed = exc
+                    break
+            try:
+                queue.wait_all()
+            except Exception as exc:
+                failed = failed or exc
+            if failed is not None:
+                self._drain_and_renew(tp)
+        for i, r in enumerate(results):
+            if r is None:
+                results[i] = TimeoutError("not started before the deadline") if late and failed is None else \
+                    RuntimeError(str(failed) if failed is not None else "request did not complete")
+        return results
+
+    def _drain_and_renew(self, tp) -> None:
+        # a failed job re-raises on the queue's next start_async: wait until every
+        # job is idle, then replace the queue (the compiled model is kept)
+        queue = tp[1]
+        for k in range(len(queue)):
+            try:
+                queue[k].wait()
+            except Exception:
+                pass
+        tp[1] = _ov().AsyncInferQueue(tp[0], tp[3])
+
+    def info(self) -> dict:
+        try:
+            ran = str(self._compiled.get_property("INFERENCE_PRECISION_HINT"))
+        except Exception:
+            ran = "unknown"
+        return {
+            "openvino_device": self._ov_device,
+            "execution_devices": self.executed_on,
+            "precision": ran.replace("<Type: '", "").replace("'>", ""),
+            "precision_requested": self.precision,
+            "precision_reason": self.precision_reason,
+            "performance_hint": "LATENCY (infer), THROUGHPUT (infer_batch)",
+            "cache_dir": str(self.cache) if self.cache else None,
+            "compile_ms": self.compile_ms,
+            "infer_requests": self._pool.size,
+            "throughput_compiled": self._tp is not None,
+        }
+
+    def close(self) -> None:
+        self._closed = True
+        self._tp = None
+        self._compiled = None
+        self._model = None
+
+
+def precision_candidates() -> list[dict]:
+    """Precisions worth measuring on this CPU (the converter picks by measurement)."""
+    try:
+        caps = set(core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    except Exception:
+        caps = set()
+    return [{"precision": "f32"}] + ([{"precision": "bf16"}] if "BF16" in caps else [])
+
+
+class OpenVinoBackend:
+    name = "openvino"
+    targets = ("openvino",)
+
+    def suitability(self, target: str, hardware: dict, device: str | None = None) -> Suitability:
+        if target not in self.targets:
+            return Suitability(0, self.name, f"openvino does not run {target!r} variants")
+        if not hardware.get("packages", {}).get("openvino", True):
+            return Suitability(0, self.name, "openvino is not installed (pip install 'edge-runtime[openvino]')")
+        want = (device or "cpu").lower()
+        if want not in _DEVICES:
+            return Suitability(0, f"{self.name}:{want}", f"unknown openvino device {want!r} (cpu, gpu, npu, auto)")
+        if want != "cpu":
+            try:
+                present = [d.split(".")[0] for d in core().available_devices]
+            except Exception as exc:
+                return Suitability(0, f"{self.name}:{want}", f"openvino failed to start: {exc}")
+            if want != "auto" and _DEVICES[want] not in present:
+                return Suitability(0, f"{self.name}:{want}", f"no OpenVINO {_DEVICES[want]} device here "
+                                                              f"(found: {', '.join(present) or 'none'})")
+            return Suitability(40, f"{self.name}:{want}", f"OpenVINO {_DEVICES[want]} requested")
+        cpu = hardware.get("cpu", {})
+        machine = str(hardware.get("machine", "")).lower()
+        feats = set(cpu.get("features") or [])
+        if machine in ("x86_64", "amd64") and "avx2" in feats:
+            if cpu.get("vendor") == "GenuineIntel":
+                return Suitability(20, f"{self.name}:cpu", "Intel CPU: OpenVINO int8 is the fastest CPU path")
+            return Suitability(16, f"{self.name}:cpu", "x86-64 CPU with AVX2: OpenVINO int8 measured "
+                                                       "faster than ONNX Runtime int8 (bench/bench_openvino.py)")
+        return Suitability(6, f"{self.name}:cpu", "OpenVINO CPU plugin on a CPU without AVX2")
+
+    def load(self, model_path: Path, bucket: dict, device: str | None = None, options: dict | None = None):
+        want = (device or "cpu").lower()
+        if want not in _DEVICES:
+            raise ValueError(f"unknown openvino device {want!r} (cpu, gpu, npu, auto)")
+        return OpenVinoSession(Path(model_path), bucket, want, dict(options or {}))

@@ -1,0 +1,284 @@
+"""The openvino target: NNCF int8 IR converter and the openvino backend.
+
+Fidelity is measured on real models (digits-cnn, all-MiniLM-L6-v2 and its
+SST-2 head) against their fp32 ONNX sources on ONNX Runtime.
+"""
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+import edge_runtime as er
+from conftest import ZOO, need_openvino, shared
+
+need_openvino()
+
+
+def _manifest(path):
+    return json.loads((path / "manifest.json").read_text())
+
+
+def _fp32_digits_accuracy(rt):
+    """Accuracy of the fp32 source ONNX through the artifact's own pre-processing."""
+    import onnxruntime as ort
+    from edge_runtime.evaluate import labelled_samples
+
+    sess = ort.InferenceSession(str(ZOO / "digits-cnn" / "model.onnx"), providers=["CPUExecutionProvider"])
+    ok = n = 0
+    for path, label in labelled_samples(ZOO / "digits-cnn" / "held_out"):
+        p = rt.task.prepare(path, rt.limits)
+        logits = sess.run(None, p.feeds)[0][0]
+        ok += rt.task.labels[int(logits.argmax())] == label
+        n += 1
+    return ok / n
+
+
+# -- converter ---------------------------------------------------------------
+
+def test_one_artifact_with_both_variants(ov_digits_artifact):
+    man = _manifest(ov_digits_artifact)
+    assert [v["target"] for v in man["variants"]] == ["openvino", "onnx-int8"]
+    ov_variant = man["variants"][0]
+    bucket = ov_variant["buckets"][0]
+    assert bucket["file"] == "openvino/static.xml" and bucket["extra_files"] == ["openvino/static.bin"]
+    for rel in [bucket["file"], *bucket["extra_files"]]:
+        assert len(man["files"][rel]["sha256"]) == 64
+    assert bucket["inputs"] == [{"name": "image", "dtype": "float32", "shape": [1, 1, 8, 8]}]
+    q = ov_variant["quantization"]
+    assert q["recipe"] == "cnn" and q["fake_quantize_ops"] > 0 and q["calibration"]["samples"] == 200
+    assert {"openvino", "nncf", "numpy"} <= set(ov_variant["toolchain"])
+    for v in man["variants"]:
+        assert v["parity"]["passed"] and v["parity"]["value"] >= 0.99 and v["parity"]["samples"] == 360
+
+
+def test_ir_weights_are_not_silently_fp16(ov_digits_artifact):
+    import openvino as ov
+
+    model = ov.Core().read_model(str(ov_digits_artifact / "openvino" / "static.xml"))
+    consts = [op for op in model.get_ops() if op.get_type_name() == "Constant"]
+    types = {str(op.get_element_type()) for op in consts}
+    assert not any("f16" in t for t in types), types
+
+
+def test_digits_fidelity(ov_digits_artifact):
+    from edge_runtime.evaluate import evaluate
+
+    with er.load(ov_digits_artifact, device="openvino", strict=True) as rt:
+        rep = evaluate(rt, ZOO / "digits-cnn" / "held_out")
+        fp32 = _fp32_digits_accuracy(rt)
+    assert rep["device"] == "openvino:cpu" and rep["samples"] == 360 and not rep["errors"]
+    assert rep["parity"]["value"] >= 0.99                      # top-1 agreement int8 vs fp32
+    assert abs(rep["accuracy"] - fp32) <= 0.01                  # within one point of fp32
+    assert fp32 > 0.97
+
+
+def test_a_tampered_weights_file_is_refused(ov_digits_artifact, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(ov_digits_artifact, bad)
+    blob = bad / "openvino" / "static.bin"
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    blob.write_bytes(bytes(data))
+    with pytest.raises(er.ArtifactError) as ei:
+        er.load(bad)
+    assert ei.value.details.get("file") == "openvino/static.bin" or "static.bin" in ei.value.message
+
+
+def test_accuracy_control_recipe(tmp_path):
+    from edge_runtime.converters.pipeline import convert
+    from edge_runtime.converters.zoo import convert_request
+
+    man = convert(convert_request("digits-cnn", "image-classification", tmp_path / "ac", targets=["openvino"],
+                                  recipe="accuracy-control", min_parity=0.995))
+    v = man["variants"][0]
+    ac = v["quantization"]["accuracy_control"]
+    assert v["quantization"]["recipe"] == "accuracy-control"
+    assert ac["metric"] == "top1_agreement" and ac["max_drop"] == pytest.approx(0.005)
+    assert ac["validation_samples"] == 200                      # the calibration split, never the held-out set
+    assert v["parity"]["value"] >= 0.995
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"recipe": "no-such-recipe"}, "no target knows recipe"),
+    ({"recipe_overrides": {"bogus": 1}}, "unknown openvino recipe override"),
+])
+def test_bad_recipe_is_an_input_error(tmp_path, kw, needle):
+    from edge_runtime.converters.pipeline import convert
+    from edge_runtime.converters.zoo import convert_request
+
+    with pytest.raises(er.InputError) as ei:
+        convert(convert_request("digits-cnn", "image-classification", tmp_path / "x", targets=["openvino"], **kw))
+    assert needle in ei.value.message and ei.value.code == "convert_recipe_invalid"
+    assert not (tmp_path / "x").exists()
+
+
+def test_per_target_recipes(tmp_path):
+    from edge_runtime.converters.pipeline import convert
+    from edge_runtime.converters.zoo import convert_request
+
+    man = convert(convert_request("digits-cnn", "image-classification", tmp_path / "x",
+                                  targets=["openvino", "onnx-int8"], recipe="openvino=accuracy-control,onnx-int8=cnn"))
+    assert [v["quantization"]["recipe"] for v in man["variants"]] == ["accuracy-control", "cnn"]
+
+
+# -- backend -----------------------------------------------------------------
+
+def test_openvino_preferred_on_x86_when_both_are_present(ov_digits_artifact):
+    from edge_runtime.hardware import detect
+
+    hw = detect()
+    if hw["machine"] not in ("x86_64", "AMD64") or "avx2" not in hw["cpu"]["features"]:
+        pytest.skip("not an x86-64 AVX2 CPU")
+    with er.load(ov_digits_artifact) as rt:
+        assert (rt.info()["backend"], rt.device) == ("openvino", "openvino:cpu")
+    intel = json.loads(json.dumps(hw))
+    intel["cpu"]["vendor"] = "GenuineIntel"
+    with er.load(ov_digits_artifact, hardware=intel) as rt:
+        assert rt.variant["target"] == "openvino" and "Intel" in rt.info()["device_reason"]
+    arm = {**hw, "machine": "aarch64", "cpu": {**hw["cpu"], "vendor": "", "features": ["neon"]}}
+    with er.load(ov_digits_artifact, hardware=arm) as rt:
+        assert rt.variant["target"] == "onnx-int8"              # ORT is the better CPU path there
+    absent = {**hw, "packages": {**hw["packages"], "openvino": False}}
+    with er.load(ov_digits_artifact, hardware=absent) as rt:
+        assert rt.variant["target"] == "onnx-int8"
+        assert any("not installed" in c["reason"] for c in rt.info()["candidates"])
+
+
+def test_missing_device_is_typed(ov_digits_artifact):
+    with pytest.raises(er.DeviceError) as ei:
+        er.load(ov_digits_artifact, device="openvino:npu", strict=True)
+    assert "NPU" in ei.value.message
+    with er.load(ov_digits_artifact, device="openvino:npu") as rt:   # not strict: falls back, says why
+        assert rt.choice.fallback and "NPU" in rt.choice.fallback
+
+
+def test_info_records_precision_hint_and_cache(ov_digits_artifact, tmp_path):
+    cache = tmp_path / "ovcache"
+    man = _manifest(ov_digits_artifact)
+    variant = man["variants"][0]
+    recorded = variant.get("runtime", {}).get("precision", "f32")
+    with er.load(ov_digits_artifact, device="openvino", device_options={"cache_dir": str(cache)}) as rt:
+        s = rt.info()["sessions"][0]
+        assert s["precision_requested"] == recorded
+        assert s["precision"] == {"f32": "float32", "bf16": "bfloat16"}[recorded]
+        assert s["cache_dir"] == str(cache) and s["infer_requests"] >= 1
+    # the converter measured each candidate precision and recorded why it chose
+    trials = variant.get("runtime_trials") or []
+    assert trials and trials[0]["options"] == {"precision": "f32"}
+    assert all(t["device_ms_median"] > 0 and t["parity"] >= 0.99 for t in trials)
+    with er.load(ov_digits_artifact, device="openvino", device_options={"precision": "f32", "cache": False}) as rt:
+        s = rt.info()["sessions"][0]
+        assert (s["precision"], s["precision_reason"]) == ("float32", "requested")
+    assert any(cache.iterdir())                                  # compiled blob written
+    with er.load(ov_digits_artifact, device="openvino", device_options={"cache": False}) as rt:
+        assert rt.info()["sessions"][0]["cache_dir"] is None
+
+
+def test_cache_dir_follows_environment(monkeypatch, tmp_path):
+    from edge_runtime.devices.openvino_backend import cache_dir
+
+    monkeypatch.setenv("EDGE_RUNTIME_CACHE_DIR", str(tmp_path))
+    assert cache_dir({}) == tmp_path / "openvino"
+    monkeypatch.setenv("EDGE_RUNTIME_OV_CACHE", "0")
+    assert cache_dir({}) is None
+
+
+def test_bf16_on_request_when_the_cpu_has_it(ov_digits_artifact):
+    import openvino as ov
+
+    if "BF16" not in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        pytest.skip("CPU plugin has no bf16 here")
+    with er.load(ov_digits_artifact, device="openvino", device_options={"precision": "bf16", "cache": False}) as rt:
+        s = rt.info()["sessions"][0]
+        assert s["precision"] == "bfloat16" and s["precision_reason"] == "requested"
+    with pytest.raises(er.DeviceError):
+        er.load(ov_digits_artifact, device="openvino", device_options={"precision": "int3"})
+
+
+def test_infer_batch_runs_on_the_throughput_queue(ov_digits_artifact):
+    from edge_runtime.evaluate import labelled_samples
+
+    paths = [p for p, _ in labelled_samples(ZOO / "digits-cnn" / "held_out")][:64]
+    with er.load(ov_digits_artifact, device="openvino", strict=True) as rt:
+        singles = [rt.infer(p) for p in paths]
+        batch = rt.infer_batch(paths + ["/no/such/image.png"])
+        assert rt.info()["sessions"][0]["throughput_compiled"]
+        assert isinstance(batch[-1], er.InputError)
+        for a, b in zip(singles, batch):
+            assert a.prediction == b.prediction
+            for k in a.scores:
+                assert abs(a.scores[k] - b.scores[k]) < 1e-5
+        # a deadline the batch cannot meet: every item is a typed timeout, then it keeps serving
+        late = rt.infer_batch(paths * 7, deadline_ms=0.001)
+        assert all(isinstance(r, (er.InferenceTimeout, er.InferenceResult)) for r in late)
+        assert any(isinstance(r, er.InferenceTimeout) for r in late)
+        again = rt.infer_batch(paths[:4])
+        assert [r.prediction for r in again] == [r.prediction for r in singles[:4]]
+
+
+# -- fidelity and deadlines on MiniLM (slow) --------------------------------------
+
+def _fp32_embeddings(src, texts, length=128):
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(src / "tokenizer.json"))
+    tok.no_padding()                      # the file pads to 128 by itself
+    tok.enable_truncation(max_length=length)
+    sess = ort.InferenceSession(str(src / "embedding.onnx"), providers=["CPUExecutionProvider"])
+    out = []
+    for text in texts:
+        ids = np.array([tok.encode(text).ids])
+        h = sess.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids),
+                            "token_type_ids": np.zeros_like(ids)})[0][0]
+        v = h.mean(0)
+        out.append(v / np.linalg.norm(v))
+    return out
+
+
+@pytest.mark.slow
+def test_minilm_embedding_fidelity(ov_minilm_embedding_artifact, minilm_sources):
+    man = _manifest(ov_minilm_embedding_artifact)
+    par = man["variants"][0]["parity"]
+    assert par["value"] >= 0.995 and par["min"] >= 0.99 and set(par["per_bucket"]) == {"seq64", "seq128"}
+    # and on real third-party sentences the converter never saw
+    rows = shared("text", "sst2", "dev.tsv").read_text().splitlines()[1:]
+    texts = [r.rsplit("\t", 1)[0] for r in rows[::4]]
+    refs = _fp32_embeddings(minilm_sources, texts)
+    with er.load(ov_minilm_embedding_artifact, device="openvino", strict=True) as rt:
+        cos = [float(rt.infer(t).embedding @ r) for t, r in zip(texts, refs)]
+    assert np.mean(cos) >= 0.995 and np.min(cos) >= 0.99, (np.mean(cos), np.min(cos))
+
+
+@pytest.mark.slow
+def test_minilm_classifier_sst2_drop(ov_minilm_classifier_artifact, minilm_sources):
+    from test_minilm import _fp32_accuracy
+
+    from edge_runtime.evaluate import evaluate
+
+    sst = shared("text", "sst2", "dev.tsv")
+    man = _manifest(ov_minilm_classifier_artifact)
+    assert man["variants"][0]["parity"]["passed"]
+    with er.load(ov_minilm_classifier_artifact, device="openvino", strict=True) as rt:
+        rep = evaluate(rt, sst)
+    fp32 = _fp32_accuracy(minilm_sources, sst)
+    assert rep["samples"] == 872 and not rep["errors"]
+    assert rep["accuracy"] >= fp32 - 0.005, (rep["accuracy"], fp32)   # at most half a point
+
+
+@pytest.mark.slow
+def test_deadline_cancels_a_running_openvino_call(ov_minilm_embedding_artifact):
+    with er.load(ov_minilm_embedding_artifact, device="openvino", strict=True) as rt:
+        text = "shares rose sharply after the earnings report " * 12      # seq128
+        full = min(rt.infer(text).latency_ms for _ in range(3))
+        t0 = time.perf_counter()
+        with pytest.raises(er.InferenceTimeout) as ei:
+            rt.infer(text, deadline_ms=full / 4)
+        elapsed = (time.perf_counter() - t0) * 1000
+        assert "did not answer" in ei.value.message                       # stopped inside OpenVINO
+        assert elapsed < full
+        assert rt.infer(text).bucket == "seq128"
