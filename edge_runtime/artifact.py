@@ -123,8 +123,22 @@ def load_artifact(path: str | os.PathLike, *, verify: bool = True) -> Artifact:
     return art
 
 
-def verify_files(art: Artifact) -> None:
+def variant_files(manifest: dict, variant: dict) -> list[str]:
+    """The files one variant runs on: its own bucket files and every file no
+    other variant owns (tokenizer, labels, ...)."""
+    def owned(v):
+        return {rel for b in v["buckets"] for rel in [b["file"], *b.get("extra_files", [])]}
+
+    others = set().union(*(owned(v) for v in manifest["variants"] if v is not variant)) - owned(variant)
+    return [rel for rel in manifest["files"] if rel not in others]
+
+
+def verify_files(art: Artifact, only: list[str] | None = None) -> None:
+    """sha256 and size of every listed file, or of ``only`` those."""
+    wanted = None if only is None else set(only)
     for rel, entry in art.manifest["files"].items():
+        if wanted is not None and rel not in wanted:
+            continue
         p = safe_relpath(art.root, rel)
         if not p.exists() and not p.is_symlink():
             raise ArtifactError("file listed in the manifest is missing", file=rel, code="artifact_file_missing")

@@ -44,6 +44,23 @@ def _guard(fn):
     return wrapper
 
 
+def _device_options(pairs) -> dict:
+    """``--device-option KEY=VALUE`` (repeatable); values parse as JSON when they can."""
+    out = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--device-option wants KEY=VALUE, got {pair!r}", code="input_invalid")
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    return out
+
+
+_DEVICE_OPTION_HELP = "Backend option KEY=VALUE, repeatable (openvino: precision=f32|bf16, cache=false, threads=N)."
+
+
 def _emit(data, as_json: bool, human):
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
@@ -99,10 +116,11 @@ def _read_json_input(path: str):
 @click.option("--input", "input_file", type=click.Path(), help="JSON file: {\"text\": ...} or named tensors.")
 @click.option("--device", default="auto", show_default=True, help="auto, onnxruntime, onnxruntime:cuda, ...")
 @click.option("--require-device", is_flag=True, help="Fail instead of falling back to another device.")
+@click.option("--device-option", "device_option", multiple=True, help=_DEVICE_OPTION_HELP)
 @click.option("--deadline-ms", type=int, help="Per-call deadline.")
 @click.option("--json", "as_json", is_flag=True)
 @_guard
-def infer(artifact, text, image, input_file, device, require_device, deadline_ms, as_json):
+def infer(artifact, text, image, input_file, device, require_device, device_option, deadline_ms, as_json):
     """Run one input through ARTIFACT."""
     given = [x for x in (text, image, input_file) if x is not None]
     if len(given) != 1:
@@ -115,7 +133,7 @@ def infer(artifact, text, image, input_file, device, require_device, deadline_ms
         raw = _read_json_input(input_file)
     from .runtime import load
 
-    with load(artifact, device=device, strict=require_device) as rt:
+    with load(artifact, device=device, strict=require_device, device_options=_device_options(device_option)) as rt:
         task = rt.artifact.task
         if (text is not None) != task.startswith("text-") or (image is not None) != (task == "image-classification"):
             flag = "--text" if text is not None else ("--image" if image is not None else "--input")
@@ -140,16 +158,17 @@ def infer(artifact, text, image, input_file, device, require_device, deadline_ms
 @click.argument("artifact", type=click.Path())
 @click.argument("data", type=click.Path())
 @click.option("--device", default="auto", show_default=True)
+@click.option("--device-option", "device_option", multiple=True, help=_DEVICE_OPTION_HELP)
 @click.option("--limit", type=int, help="Use the first N samples only.")
 @click.option("--min-accuracy", type=float, help="Exit 1 when accuracy is below this.")
 @click.option("--json", "as_json", is_flag=True)
 @_guard
-def eval_cmd(artifact, data, device, limit, min_accuracy, as_json):
+def eval_cmd(artifact, data, device, device_option, limit, min_accuracy, as_json):
     """Accuracy and latency of ARTIFACT on labelled DATA (image folder or TSV)."""
     from .evaluate import evaluate
     from .runtime import load
 
-    with load(artifact, device=device) as rt:
+    with load(artifact, device=device, device_options=_device_options(device_option)) as rt:
         rep = evaluate(rt, data, limit=limit)
 
     def human(d):

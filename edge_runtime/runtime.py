@@ -20,7 +20,7 @@ from edge_runtime.devices import registry
 from edge_runtime.models import get_task
 
 from . import hardware as hw
-from .artifact import load_artifact
+from .artifact import load_artifact, variant_files, verify_files
 from .errors import (DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout, InputError)
 from .limits import DEFAULT_LIMITS, Limits
 from .result import InferenceResult
@@ -43,10 +43,17 @@ class Runtime:
     def __init__(self, path, *, device="auto", strict=False, target=None, limits=None, device_options=None,
                  warmup=True, hardware=None, workers=4):
         t0 = time.perf_counter()
-        self.artifact = load_artifact(path)
+        self.artifact = load_artifact(path, verify=False)
         man = self.artifact.manifest
         self.hardware = hardware if hardware is not None else hw.detect_cached()
         self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target)
+        # verify what this process will run: the chosen variant's files and the shared ones
+        # (tokenizer, labels); `edge-infer inspect` verifies every file
+        t_verify = time.perf_counter()
+        self.verified_files = variant_files(man, self.choice.variant)
+        verify_files(self.artifact, self.verified_files)
+        self.artifact.verified = True
+        self.artifact.verify_ms = (time.perf_counter() - t_verify) * 1000
         if self.choice.fallback:
             msg = f"{self.artifact.root}: {self.choice.fallback}; using {self.choice.suitability.device}"
             if msg not in _logged_fallbacks:
@@ -306,6 +313,7 @@ class Runtime:
             "parity": self.variant["parity"],
             "limits": self.limits.to_dict(),
             "verify_ms": round(self.artifact.verify_ms, 3),
+            "verified_files": len(self.verified_files),
             "load_ms": round(self.load_ms, 3),
             "warmup_ms": self.warmup_ms,
         }

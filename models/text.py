@@ -88,8 +88,9 @@ class TextTask(Task):
     def prepare(self, raw, limits) -> Prepared:
         text = self.text_of(raw, limits)
         enc = self.tokenizer.encode(text)
-        n = len(enc.ids)
-        truncated = bool(enc.overflowing)
+        token_ids = enc.ids          # each attribute access converts from Rust: read once
+        n = len(token_ids)
+        truncated = n >= self.max_length and bool(enc.overflowing)
         for idx in self._order:
             if self.lengths[idx] >= n:
                 break
@@ -98,7 +99,7 @@ class TextTask(Task):
         feeds = {}
         name, dtype = roles["ids"]
         ids = np.full((1, length), self.pad_id, dtype=dtype)
-        ids[0, :n] = enc.ids
+        ids[0, :n] = token_ids
         feeds[name] = ids
         if "mask" in roles:
             name, dtype = roles["mask"]

@@ -23,7 +23,7 @@ class TextEmbedding(TextTask):
         hidden = dequantize(outputs[self.output], self.output_spec(self.output, prepared.bucket))
         if self.pooling == "mean":
             mask = self.mask_of(prepared).astype(np.float32)[0]           # [seq]
-            vec = (hidden[0] * mask[:, None]).sum(axis=0) / max(float(mask.sum()), 1e-9)
+            vec = (mask @ hidden[0]) / max(float(mask.sum()), 1e-9)         # one BLAS call, no [seq, dim] temporary
         elif self.pooling == "cls":
             vec = hidden[0, 0]
         else:                                                              # "none": already pooled

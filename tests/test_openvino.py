@@ -84,8 +84,16 @@ def test_a_tampered_weights_file_is_refused(ov_digits_artifact, tmp_path):
     data[len(data) // 2] ^= 0x01
     blob.write_bytes(bytes(data))
     with pytest.raises(er.ArtifactError) as ei:
-        er.load(bad)
+        er.load(bad, device="openvino")
     assert ei.value.details.get("file") == "openvino/static.bin" or "static.bin" in ei.value.message
+    # the other variant does not run on those bytes: it loads, having verified its own files
+    # and the shared ones; `inspect` verifies everything and refuses
+    with er.load(bad, device="onnxruntime", strict=True) as rt:
+        assert rt.info()["verified_files"] == len(_manifest(bad)["files"]) - 2
+    from test_cli import cli
+
+    proc = cli("inspect", bad)
+    assert proc.returncode == 3 and "static.bin" in proc.stderr
 
 
 def test_accuracy_control_recipe(tmp_path):
@@ -282,3 +290,23 @@ def test_deadline_cancels_a_running_openvino_call(ov_minilm_embedding_artifact):
         assert "did not answer" in ei.value.message                       # stopped inside OpenVINO
         assert elapsed < full
         assert rt.infer(text).bucket == "seq128"
+
+
+# -- CLI ---------------------------------------------------------------------
+
+def test_cli_runs_both_variants_and_takes_device_options(ov_digits_artifact):
+    from test_cli import cli
+
+    img = sorted((ZOO / "digits-cnn" / "held_out" / "3").iterdir())[0]
+    out = json.loads(cli("infer", ov_digits_artifact, "--image", img, "--json", check=0).stdout)
+    assert (out["device"], out["target"], out["prediction"]) == ("openvino:cpu", "openvino", "3")
+    out = json.loads(cli("infer", ov_digits_artifact, "--image", img, "--device", "onnxruntime",
+                         "--require-device", "--json", check=0).stdout)
+    assert (out["device"], out["target"]) == ("onnxruntime:cpu", "onnx-int8")
+    rep = json.loads(cli("eval", ov_digits_artifact, ZOO / "digits-cnn" / "held_out", "--device-option",
+                         "precision=f32", "--device-option", "cache=false", "--json", check=0).stdout)
+    assert rep["device"] == "openvino:cpu" and rep["accuracy"] > 0.97
+    bad = cli("infer", ov_digits_artifact, "--image", img, "--device-option", "precision")
+    assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
+    bad = cli("infer", ov_digits_artifact, "--image", img, "--device", "openvino", "--device-option", "precision=int3")
+    assert bad.returncode == 4 and "int3" in bad.stderr
