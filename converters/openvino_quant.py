@@ -26,7 +26,9 @@ Recipes (the same names as the onnx-int8 target's where they mean the same):
 Overrides (``--recipe-override``): ``ignored_scope`` ({"names", "patterns",
 "types"}), ``float_matmuls`` (any of "gelu", "attention-out", "head"), ``subset_size``,
 ``fast_bias_correction``, ``preset`` ("performance" / "mixed"),
-``model_type`` ("transformer" / "none"), ``smooth_quant_alpha``, ``max_drop``.
+``model_type`` ("transformer" / "none"), ``smooth_quant_alpha``,
+``activation_range`` (an NNCF range estimator: minmax, mean_minmax,
+mean_quantile, histogram, ...), ``max_drop``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ _RECIPE_DEFAULTS = {
     "transformer-fast": {"model_type": "transformer"},
 }
 _KNOWN_OVERRIDES = {"ignored_scope", "float_matmuls", "subset_size", "fast_bias_correction", "preset", "model_type",
-                    "smooth_quant_alpha", "max_drop"}
+                    "smooth_quant_alpha", "activation_range", "max_drop"}
 
 
 def float_matmuls(model, kinds) -> list[str]:
@@ -99,16 +101,28 @@ def _params(task: str, overrides: dict, model=None) -> dict:
         kw["ignored_scope"] = nncf.IgnoredScope(names=list(scope.get("names", [])),
                                                 patterns=list(scope.get("patterns", [])),
                                                 types=list(scope.get("types", [])), validate=False)
+    advanced = {}
     if "smooth_quant_alpha" in overrides:
-        from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters
+        from nncf.quantization.advanced_parameters import AdvancedSmoothQuantParameters
 
-        a = float(overrides["smooth_quant_alpha"])
-        kw["advanced_parameters"] = AdvancedQuantizationParameters(
-            smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=a))
+        advanced["smooth_quant_alphas"] = AdvancedSmoothQuantParameters(matmul=float(overrides["smooth_quant_alpha"]))
+    if "activation_range" in overrides:
+        from nncf.quantization.range_estimator import RangeEstimatorParametersSet
+
+        name = str(overrides["activation_range"]).upper()
+        if not hasattr(RangeEstimatorParametersSet, name):
+            raise ValueError(f"activation_range {overrides['activation_range']!r} is not one of minmax, mean_minmax, "
+                             "median_minmax, mean_no_outliers_minmax, mean_quantile, histogram")
+        advanced["activations_range_estimator_params"] = getattr(RangeEstimatorParametersSet, name)
+    if advanced:
+        from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
+
+        kw["advanced_parameters"] = AdvancedQuantizationParameters(**advanced)
     record = {"model_type": model_type, "preset": preset, "fast_bias_correction": kw["fast_bias_correction"],
               "ignored_scope": scope or None, "float_matmuls": list(overrides.get("float_matmuls") or [])}
-    if "smooth_quant_alpha" in overrides:
-        record["smooth_quant_alpha"] = float(overrides["smooth_quant_alpha"])
+    for key in ("smooth_quant_alpha", "activation_range"):
+        if key in overrides:
+            record[key] = overrides[key]
     return kw, record
 
 

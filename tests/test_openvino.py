@@ -113,6 +113,8 @@ def test_accuracy_control_recipe(tmp_path):
 @pytest.mark.parametrize("kw,needle", [
     ({"recipe": "no-such-recipe"}, "no target knows recipe"),
     ({"recipe_overrides": {"bogus": 1}}, "unknown openvino recipe override"),
+    ({"recipe_overrides": {"activation_range": "nope"}}, "activation_range"),
+    ({"recipe_overrides": {"float_matmuls": ["everything"]}}, "float_matmuls"),
 ])
 def test_bad_recipe_is_an_input_error(tmp_path, kw, needle):
     from edge_runtime.converters.pipeline import convert
