@@ -26,6 +26,7 @@ for, never at module import.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -35,6 +36,7 @@ import numpy as np
 
 from .base import Suitability, check_feeds
 
+log = logging.getLogger("edge_runtime.openvino")
 _DEVICES = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU", "auto": "AUTO"}
 _PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
 _core = None
@@ -118,17 +120,35 @@ class OpenVinoSession:
         self._options = options
         self.precision, self.precision_reason = choose_precision(options)
         self.cache = cache_dir(options)
+        self.cache_error = None
         self._config = {"INFERENCE_PRECISION_HINT": self.precision}
         if self.cache is not None:
-            self.cache.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._config["CACHE_DIR"] = str(self.cache)
+            try:
+                self.cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+                if not os.access(self.cache, os.W_OK | os.X_OK):
+                    raise PermissionError(f"{self.cache} is not writable")
+                self._config["CACHE_DIR"] = str(self.cache)
+            except OSError as exc:  # a read-only home on a board: run uncached, say so
+                self.cache_error = f"model cache off: {exc}"
+                log.warning("openvino %s", self.cache_error)
+                self.cache = None
         if options.get("threads") or os.environ.get("EDGE_RUNTIME_THREADS"):
             self._config["INFERENCE_NUM_THREADS"] = int(options.get("threads") or os.environ["EDGE_RUNTIME_THREADS"])
         self._ov_device = ov_device
         t0 = time.perf_counter()
         # compiling from the path lets a cache hit skip reading and hashing the graph
         self._model = str(model_path)
-        self._compiled = core().compile_model(self._model, ov_device, {**self._config, "PERFORMANCE_HINT": "LATENCY"})
+        try:
+            self._compiled = core().compile_model(self._model, ov_device, {**self._config, "PERFORMANCE_HINT": "LATENCY"})
+        except Exception as exc:
+            if "CACHE_DIR" not in self._config:
+                raise
+            # a broken cache entry must not stop the model: compile once more without the cache
+            self.cache_error = f"compiling with the model cache failed, compiled without it: {exc}"
+            log.warning("openvino %s", self.cache_error)
+            self._config.pop("CACHE_DIR")
+            self.cache = None
+            self._compiled = core().compile_model(self._model, ov_device, {**self._config, "PERFORMANCE_HINT": "LATENCY"})
         self.compile_ms = round((time.perf_counter() - t0) * 1000, 1)
         names = [o.get_any_name() for o in self._compiled.outputs]
         wanted = [t["name"] for t in bucket["outputs"]]
@@ -264,6 +284,7 @@ class OpenVinoSession:
             "precision_reason": self.precision_reason,
             "performance_hint": "LATENCY (infer), THROUGHPUT (infer_batch)",
             "cache_dir": str(self.cache) if self.cache else None,
+            "cache_error": self.cache_error,
             "compile_ms": self.compile_ms,
             "infer_requests": self._pool.size,
             "throughput_compiled": self._tp is not None,

@@ -188,6 +188,15 @@ def test_info_records_precision_hint_and_cache(ov_digits_artifact, tmp_path):
         assert rt.info()["sessions"][0]["cache_dir"] is None
 
 
+def test_an_unusable_cache_dir_is_not_fatal(ov_digits_artifact, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    with er.load(ov_digits_artifact, device="openvino", device_options={"cache_dir": str(blocker / "ov")}) as rt:
+        s = rt.info()["sessions"][0]
+        assert s["cache_dir"] is None and "model cache off" in s["cache_error"]
+        assert rt.infer(np.zeros((8, 8), np.uint8)).prediction in rt.task.labels
+
+
 def test_cache_dir_follows_environment(monkeypatch, tmp_path):
     from edge_runtime.devices.openvino_backend import cache_dir
 
