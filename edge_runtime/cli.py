@@ -13,35 +13,9 @@ from pathlib import Path
 
 import click
 
+from .cli_common import _guard
 from .errors import EdgeRuntimeError, InputError
 from .limits import DEFAULT_LIMITS, json_depth
-
-
-def _fail(ctx, exc: Exception):
-    debug = ctx.find_root().params.get("debug")
-    if debug:
-        raise exc
-    if isinstance(exc, EdgeRuntimeError):
-        click.echo(f"error [{exc.code}]: {exc.message}", err=True)
-        sys.exit(exc.exit_code)
-    click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
-    sys.exit(1)
-
-
-def _guard(fn):
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        ctx = click.get_current_context()
-        try:
-            return fn(*args, **kwargs)
-        except (click.exceptions.Exit, click.ClickException, SystemExit):
-            raise
-        except Exception as exc:
-            _fail(ctx, exc)
-
-    return wrapper
 
 
 def _device_options(pairs) -> dict:
@@ -249,6 +223,10 @@ def devices(as_json):
 from .cli_convert import convert  # noqa: E402  (registers the command)
 
 main.add_command(convert)
+from .cli_import import import_cmd  # noqa: E402
+main.add_command(import_cmd)
+from .cli_check import check  # noqa: E402
+main.add_command(check)
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .cli import _guard
+from .cli_common import _guard
 from .errors import InputError
 
 
