@@ -19,6 +19,8 @@ GROUP = "edge_runtime.devices"
 _BUILTIN = {
     "onnxruntime": "edge_runtime.devices.onnxruntime_backend:OnnxRuntimeBackend",
     "openvino": "edge_runtime.devices.openvino_backend:OpenVinoBackend",
+    "tflite": "edge_runtime.devices.tflite_backend:TfliteBackend",
+    "edgetpu": "edge_runtime.devices.tflite_backend:EdgeTpuBackend",
     "fake": "edge_runtime.devices.fake:FakeBackend",
 }
 

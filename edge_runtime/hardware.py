@@ -60,6 +60,25 @@ def packages_present() -> dict[str, bool]:
     return out
 
 
+# Coral USB accelerator: 1a6e:089a before its firmware is loaded, 18d1:9302 after
+_EDGETPU_USB = {("1a6e", "089a"), ("18d1", "9302")}
+
+
+def edgetpus(root: Path) -> list[dict]:
+    """Edge TPUs seen in sysfs (USB) and /dev (PCIe/M.2 ``apex_N``)."""
+    found = []
+    usb = root / "sys" / "bus" / "usb" / "devices"
+    if usb.is_dir():
+        for dev in sorted(usb.iterdir()):
+            ids = (_read(dev, "idVendor").strip(), _read(dev, "idProduct").strip())
+            if ids in _EDGETPU_USB:
+                found.append({"type": "usb", "path": dev.name, "id": ":".join(ids)})
+    dev_dir = root / "dev"
+    if dev_dir.is_dir():
+        found += [{"type": "pci", "path": f"/dev/{p.name}"} for p in sorted(dev_dir.glob("apex_[0-9]*"))]
+    return found
+
+
 def detect(root: str | os.PathLike = "/", *, system: str | None = None, machine: str | None = None) -> dict:
     root = Path(root)
     system = system or platform.system()
@@ -70,6 +89,7 @@ def detect(root: str | os.PathLike = "/", *, system: str | None = None, machine:
         "machine": machine,
         "cpu": _cpu(root, machine),
         "nvidia_gpus": nvidia,
+        "edgetpus": edgetpus(root),
         "packages": packages_present(),
     }
 

@@ -95,14 +95,50 @@ def _from_array(arr: np.ndarray, limits, mode: str):
     return Image.fromarray(np.ascontiguousarray(arr), mode=src_mode).convert(mode)
 
 
+def resize_half_pixel(x: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Bilinear resize with half-pixel centres, in float (TF's ``resize_bilinear``
+    with ``half_pixel_centers=True``, what Coral's models were evaluated with;
+    PIL's bilinear filter antialiases when it shrinks, which this does not)."""
+    def axis(n_in, n_out):
+        src = (np.arange(n_out, dtype=np.float64) + 0.5) * (n_in / n_out) - 0.5
+        src = np.clip(src, 0, n_in - 1)
+        i0 = np.floor(src).astype(np.int64)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        return i0, i1, (src - i0).astype(np.float32)
+
+    y0, y1, wy = axis(x.shape[0], h)
+    x0, x1, wx = axis(x.shape[1], w)
+    top = x[y0] * (1 - wy)[:, None, None] + x[y1] * wy[:, None, None]
+    return top[:, x0] * (1 - wx)[None, :, None] + top[:, x1] * wx[None, :, None]
+
+
 def to_tensor(img, pre: dict, spec: dict) -> np.ndarray:
-    """Resize, normalise, lay out and (for integer inputs) quantize."""
+    """Resize, normalise, lay out and (for integer inputs) quantize.
+
+    ``pre["input"] == "pixels"``: the resized 0..255 pixels *are* the model's
+    quantized input (Coral/TFLite image models: uint8 as is, int8 shifted by
+    128), with no normalisation.
+    """
     h, w = pre["size"]
-    if img.size != (w, h):
-        img = img.resize((w, h), resample=_RESAMPLE[pre.get("resize", "bilinear")])
-    x = np.asarray(img, dtype=np.float32)
-    if x.ndim == 2:
-        x = x[:, :, None]
+    method = pre.get("resize", "bilinear")
+    if method == "bilinear-half-pixel":
+        x = np.asarray(img, dtype=np.float32)
+        if x.ndim == 2:
+            x = x[:, :, None]
+        if x.shape[:2] != (h, w):
+            x = np.floor(np.clip(resize_half_pixel(x, h, w), 0, 255))   # truncate, as the reference does
+    else:
+        if img.size != (w, h):
+            img = img.resize((w, h), resample=_RESAMPLE[method])
+        x = np.asarray(img, dtype=np.float32)
+        if x.ndim == 2:
+            x = x[:, :, None]
+    if pre.get("input") == "pixels":
+        dtype = np.dtype(spec["dtype"])
+        if pre.get("layout", "NHWC") == "NCHW":
+            x = x.transpose(2, 0, 1)
+        x = x[None]
+        return (x - 128).astype(np.int8) if dtype == np.int8 else x.astype(dtype)
     x = x * float(pre.get("scale", 1.0 / 255.0))
     mean = np.asarray(pre.get("mean", [0.0]), dtype=np.float32)
     std = np.asarray(pre.get("std", [1.0]), dtype=np.float32)

@@ -111,3 +111,39 @@ def ov_minilm_embedding_artifact(tmp_path_factory):
 @pytest.fixture(scope="session")
 def ov_minilm_classifier_artifact(tmp_path_factory):
     return _convert_minilm(tmp_path_factory, "text-classification", targets=("openvino",))
+
+
+def need_litert():
+    pytest.importorskip("ai_edge_litert")
+
+
+@pytest.fixture(scope="session")
+def coral_artifact(tmp_path_factory):
+    """Coral's MobileNetV1 0.25/128 (uint8) imported as a tflite-int8 artifact."""
+    from edge_runtime.converters.tflite_import import import_tflite
+
+    need_litert()
+    coral = shared("coral")
+    out = tmp_path_factory.mktemp("coral") / "mnv1"
+    import_tflite(coral / "mobilenet_v1_0.25_128_quant.tflite", out, labels=coral / "imagenet_labels.txt")
+    return out
+
+
+@pytest.fixture(scope="session")
+def edgetpu_faked_artifact(tmp_path_factory):
+    """The Edge TPU compiled twin imported as an ``edgetpu`` artifact, with the
+    vendor boundary faked and registered as the backend ``edgetpu-faked``."""
+    from fake_edgetpu import FakeEdgeTpuModule
+
+    from edge_runtime.converters.tflite_import import import_tflite
+    from edge_runtime.devices import registry
+    from edge_runtime.devices.tflite_backend import EdgeTpuBackend
+
+    need_litert()
+    coral = shared("coral")
+    out = tmp_path_factory.mktemp("edgetpu") / "mnv1"
+    import_tflite(coral / "mobilenet_v1_0.25_128_quant_edgetpu.tflite", out, labels=coral / "imagenet_labels.txt")
+    module = FakeEdgeTpuModule({out / "edgetpu" / "model.tflite": coral / "mobilenet_v1_0.25_128_quant.tflite"})
+    registry.register("edgetpu-faked", lambda: EdgeTpuBackend(module=module, name="edgetpu-faked",
+                                                              list_tpus=lambda hw: [{"type": "usb", "path": "1-1"}]))
+    return out

@@ -7,9 +7,12 @@ every case.
 
 import numpy as np
 
+from conftest import SHARED_DATA as SHARED
 from factories import png_bytes
 
 DIGIT = png_bytes((np.eye(8, dtype=np.uint8) * 200))
+_CAT = SHARED / "coral" / "cat.bmp"
+CAT = _CAT.read_bytes() if _CAT.exists() else DIGIT   # the fixtures skip when shared data is absent
 
 CASES = [
     # id, device, artifact builder (fixture name or task for the fake factory), inputs
@@ -28,4 +31,7 @@ CASES = [
      ["Stock market crashes!", "A quiet day of trading ends with small gains for tech shares " * 3]),
     ("openvino-minilm-cls", "openvino", ("fixture", "ov_minilm_classifier_artifact"),
      ["Stock market crashes!", "What a wonderful, uplifting film."]),
+    ("tflite-coral", "tflite", ("fixture", "coral_artifact"), [CAT, np.full((40, 60, 3), 90, np.uint8)]),
+    ("edgetpu-faked-coral", "edgetpu-faked", ("fixture", "edgetpu_faked_artifact"),
+     [CAT, np.full((40, 60, 3), 90, np.uint8)]),
 ]

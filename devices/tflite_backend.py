@@ -1,0 +1,226 @@
+"""TFLite backends: ``tflite`` (CPU, XNNPACK) and ``edgetpu`` (Coral, via its delegate).
+
+The interpreter comes from ``ai-edge-litert`` (works with numpy 2) or, where
+that is what a board has, ``tflite-runtime`` (numpy<2). Neither is imported
+at module import. An interpreter is not thread-safe: each session keeps a
+small pool of interpreters, one per concurrent call, created on demand.
+
+A model compiled for the Edge TPU contains the ``edgetpu-custom-op``; it is
+recognised from its bytes *before* any interpreter is made, so running one
+without an Edge TPU or without ``libedgetpu`` is a ``DeviceError`` that says
+so, never "unresolved custom op". The PyPI ``pycoral`` is an unrelated
+project and is never used; Google's own ``pycoral`` (a Coral system package)
+is used to list Edge TPUs when it is importable.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+from pathlib import Path
+
+from edge_runtime.errors import DeviceError
+
+from .base import Suitability, check_feeds
+
+EDGETPU_OP = b"edgetpu-custom-op"
+_DELEGATE_LIBS = {"Linux": "libedgetpu.so.1", "Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}
+
+
+def interpreter_module():
+    """(module with Interpreter and load_delegate, package name) or (None, reason)."""
+    try:
+        from ai_edge_litert import interpreter as mod
+
+        return mod, "ai-edge-litert"
+    except Exception as first:  # noqa: BLE001 - any import failure means "not this one"
+        try:
+            from tflite_runtime import interpreter as mod  # type: ignore
+
+            return mod, "tflite-runtime"
+        except Exception as second:  # noqa: BLE001
+            return None, f"no TFLite interpreter (ai-edge-litert: {first}; tflite-runtime: {second})"
+
+
+def is_edgetpu_model(path: Path) -> bool:
+    """True when the file holds an Edge TPU compiled subgraph (scanned in chunks)."""
+    tail = b""
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(1 << 20)
+            if not block:
+                return False
+            if EDGETPU_OP in tail + block:
+                return True
+            tail = block[-len(EDGETPU_OP):]
+
+
+def delegate_library(system: str | None = None) -> str:
+    return _DELEGATE_LIBS.get(system or platform.system(), "libedgetpu.so.1")
+
+
+class TfliteSession:
+    cancellable = False   # LiteRT cannot stop a running invoke: the runtime's worker pool bounds it
+
+    def __init__(self, model_path: Path, bucket: dict, options: dict, delegate_factory=None, device="tflite:cpu",
+                 module=None):
+        mod, pkg = (module, "injected") if module is not None else interpreter_module()
+        if mod is None:
+            raise DeviceError(pkg, code="device_unavailable")
+        self._mod, self.package = mod, pkg
+        self._path = str(model_path)
+        self._bucket = bucket
+        self._threads = int(options.get("threads") or os.environ.get("EDGE_RUNTIME_THREADS") or os.cpu_count() or 1)
+        self._delegate_factory = delegate_factory
+        self.device = device
+        self._lock = threading.Lock()
+        self._free = []
+        self._made = 0
+        self._limit = max(1, int(options.get("max_interpreters", 2)))
+        self._cv = threading.Condition(self._lock)
+        self._free.append(self._new())
+        self._made = 1
+        self._closed = False
+
+    def _new(self):
+        kw = {"model_path": self._path}
+        if self._delegate_factory is not None:
+            kw["experimental_delegates"] = [self._delegate_factory()]
+        else:
+            kw["num_threads"] = self._threads
+        interp = self._mod.Interpreter(**kw)
+        interp.allocate_tensors()
+        ins = {d["name"]: d["index"] for d in interp.get_input_details()}
+        outs = {d["name"]: d["index"] for d in interp.get_output_details()}
+        want_in = {t["name"] for t in self._bucket["inputs"]}
+        if set(ins) != want_in:
+            raise ValueError(f"model inputs {sorted(ins)} differ from the manifest's {sorted(want_in)}")
+        missing = [t["name"] for t in self._bucket["outputs"] if t["name"] not in outs]
+        if missing:
+            raise ValueError(f"model has no output(s) {missing} (has {sorted(outs)})")
+        return interp, ins, outs
+
+    def _acquire(self):
+        with self._cv:
+            while True:
+                if self._free:
+                    return self._free.pop()
+                if self._made < self._limit:
+                    self._made += 1
+                    break
+                self._cv.wait()
+        try:
+            return self._new()
+        except BaseException:
+            with self._cv:
+                self._made -= 1
+                self._cv.notify()
+            raise
+
+    def _release(self, item) -> None:
+        with self._cv:
+            self._free.append(item)
+            self._cv.notify()
+
+    def run(self, feeds, cancel=None):
+        if self._closed:
+            raise RuntimeError("session is closed")
+        check_feeds(feeds, self._bucket)
+        item = self._acquire()
+        interp, ins, outs = item
+        try:
+            for name, arr in feeds.items():
+                interp.set_tensor(ins[name], arr)
+            interp.invoke()
+            return {t["name"]: interp.get_tensor(outs[t["name"]]).copy() for t in self._bucket["outputs"]}
+        finally:
+            self._release(item)
+
+    def info(self) -> dict:
+        return {"package": self.package, "threads": None if self._delegate_factory else self._threads,
+                "interpreters": self._made, "delegate": self.device if self._delegate_factory else None}
+
+    def close(self) -> None:
+        self._closed = True
+        with self._cv:
+            self._free = []
+
+
+class TfliteBackend:
+    name = "tflite"
+    targets = ("tflite-int8",)
+
+    def suitability(self, target: str, hardware: dict, device: str | None = None) -> Suitability:
+        if target not in self.targets:
+            return Suitability(0, self.name, f"tflite does not run {target!r} variants")
+        pkgs = hardware.get("packages", {})
+        if not (pkgs.get("ai_edge_litert", True) or pkgs.get("tflite_runtime", False)):
+            return Suitability(0, self.name, "no TFLite interpreter installed (pip install 'edge-runtime[tflite]')")
+        if device not in (None, "cpu"):
+            return Suitability(0, f"{self.name}:{device}", f"unknown tflite device {device!r} (cpu)")
+        arm = str(hardware.get("machine", "")).lower() in ("aarch64", "arm64", "armv7l")
+        return Suitability(14 if arm else 8, f"{self.name}:cpu",
+                           "LiteRT with XNNPACK" + (" (the lightest CPU runtime on ARM boards)" if arm else ""))
+
+    def load(self, model_path: Path, bucket: dict, device: str | None = None, options: dict | None = None):
+        if is_edgetpu_model(Path(model_path)):
+            raise DeviceError(f"{Path(model_path).name} is compiled for the Edge TPU (it contains "
+                              "edgetpu-custom-op): it runs only on an Edge TPU through libedgetpu; use the "
+                              "artifact's tflite-int8 variant on a CPU", code="device_model_needs_edgetpu")
+        return TfliteSession(Path(model_path), bucket, dict(options or {}))
+
+
+def list_edge_tpus(hardware: dict) -> list[dict]:
+    """Edge TPUs: Google's pycoral when importable, else what the probe found."""
+    try:
+        from pycoral.utils.edgetpu import list_edge_tpus as coral_list  # type: ignore  # Coral system package
+
+        return [dict(d) for d in coral_list()]
+    except Exception:  # noqa: BLE001 - absent or not Google's
+        return list(hardware.get("edgetpus") or [])
+
+
+class EdgeTpuBackend:
+    name = "edgetpu"
+    targets = ("edgetpu",)
+
+    def __init__(self, module=None, list_tpus=None, name: str = "edgetpu"):
+        # tests replace the vendor boundary here: the interpreter module (Interpreter,
+        # load_delegate) and the Edge TPU listing; everything else is the real code path
+        self._module = module
+        self._list_tpus = list_tpus or list_edge_tpus
+        self.name = name
+
+    def _interpreter(self):
+        if self._module is not None:
+            return self._module
+        mod, why = interpreter_module()
+        if mod is None:
+            raise DeviceError(why, code="device_unavailable")
+        return mod
+
+    def suitability(self, target: str, hardware: dict, device: str | None = None) -> Suitability:
+        if target not in self.targets:
+            return Suitability(0, self.name, f"edgetpu does not run {target!r} variants")
+        tpus = self._list_tpus(hardware)
+        if not tpus:
+            return Suitability(0, self.name, "no Edge TPU found (no Coral USB device, no /dev/apex_*)")
+        return Suitability(60, f"{self.name}:{device or tpus[0].get('type', 'usb')}",
+                           f"Edge TPU present ({', '.join(d.get('type', '?') + ':' + str(d.get('path', '')) for d in tpus)})")
+
+    def load(self, model_path: Path, bucket: dict, device: str | None = None, options: dict | None = None):
+        options = dict(options or {})
+        lib = options.get("delegate_library") or delegate_library()
+        mod = self._interpreter()
+        delegate_opts = {"device": device} if device else {}
+
+        def factory():
+            try:
+                return mod.load_delegate(lib, delegate_opts)
+            except (ValueError, OSError, RuntimeError) as exc:
+                raise DeviceError(f"cannot load the Edge TPU delegate {lib} ({exc}): is libedgetpu installed "
+                                  "and the device plugged in?", code="device_delegate_missing") from None
+
+        return TfliteSession(Path(model_path), bucket, options, delegate_factory=factory,
+                             device=f"{self.name}:{device or 'auto'}", module=mod)

@@ -1,0 +1,203 @@
+"""TFLite: importing Coral's quantized models, the tflite and edgetpu backends.
+
+The Edge TPU itself is faked at its vendor boundary (tests/fake_edgetpu.py);
+no Edge TPU path here ran on real hardware.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+import edge_runtime as er
+from conftest import need_litert, shared
+
+need_litert()
+
+
+def _import(tmp_path, model, labels="imagenet_labels.txt", **kw):
+    from edge_runtime.converters.tflite_import import import_tflite
+
+    coral = shared("coral")
+    out = tmp_path / model.replace(".tflite", "")
+    import_tflite(coral / model, out, labels=(coral / labels) if labels else None, **kw)
+    return out
+
+
+@pytest.mark.parametrize("model,image,label", [
+    ("mobilenet_v2_1.0_224_quant.tflite", "cat.bmp", "Egyptian cat"),
+    ("mobilenet_v2_1.0_224_quant.tflite", "parrot.jpg", "macaw"),
+    ("mobilenet_v2_1.0_224_quant.tflite", "grace_hopper.bmp", "military uniform"),
+    ("tf2_mobilenet_v2_1.0_224_ptq.tflite", "cat.bmp", "Egyptian cat"),
+])
+def test_coral_models_classify_their_test_images(tmp_path, model, image, label):
+    art = _import(tmp_path, model)
+    with er.load(art) as rt:
+        res = rt.infer(str(shared("coral", image)))
+    assert res.device == "tflite:cpu" and res.target == "tflite-int8"
+    assert res.prediction == label, res.scores
+    top = res.scores[label]
+    assert 0.4 < top <= 1 and abs(top * 256 - round(top * 256)) < 1e-6   # the model's own uint8 probability,
+    assert sum(res.scores.values()) <= 1 + 1e-6                           # not softmaxed a second time
+
+
+def test_inat_bird_model_with_its_labels(tmp_path):
+    art = _import(tmp_path, "mobilenet_v2_1.0_224_inat_bird_quant.tflite", labels="inat_bird_labels.txt")
+    with er.load(art) as rt:
+        res = rt.infer(str(shared("coral", "bird.bmp")))
+        assert rt.task.labels.index(res.prediction) == 659           # Coral's expected class
+
+
+def test_import_records_what_the_model_says(tmp_path):
+    art = _import(tmp_path, "mobilenet_v2_1.0_224_quant.tflite")
+    man = json.loads((art / "manifest.json").read_text())
+    v = man["variants"][0]
+    assert v["target"] == "tflite-int8" and man["model"]["source"]["imported"]
+    inp = v["buckets"][0]["inputs"][0]
+    assert inp == {"name": "input", "dtype": "uint8", "shape": [1, 224, 224, 3],
+                   "quantization": {"scale": 0.0078125, "zero_point": 128}}
+    assert man["preprocess"]["resize"] == "bilinear-half-pixel" and man["preprocess"]["input"] == "pixels"
+    assert man["postprocess"]["softmax"] is False                    # the model ends in SOFTMAX
+    assert v["parity"]["metric"] == "not_measured" and v["parity"]["value"] is None
+    assert set(man["files"]) == {"tflite-int8/model.tflite", "labels.txt"}
+    rep = v["edgetpu_report"]                                        # the static report travels with it
+    assert rep["fully_mappable"] and rep["tpu_ops"] == 66 and rep["cpu_ops"] == 0 and rep["first_unsupported"] is None
+
+
+def test_label_offset_and_mismatch(tmp_path):
+    coral = shared("coral")
+    names = (coral / "imagenet_labels.txt").read_text().splitlines()[1:]   # without the background line
+    labels = tmp_path / "no_background.txt"
+    labels.write_text("\n".join(names) + "\n")
+    from edge_runtime.converters.tflite_import import import_tflite
+
+    with pytest.raises(er.InputError) as ei:
+        import_tflite(coral / "mobilenet_v1_0.25_128_quant.tflite", tmp_path / "a", labels=labels)
+    assert ei.value.code == "import_labels_mismatch" and "1000 labels" in ei.value.message
+    import_tflite(coral / "mobilenet_v1_0.25_128_quant.tflite", tmp_path / "b", labels=labels, label_offset=1)
+    with er.load(tmp_path / "b") as rt:
+        assert rt.task.labels[0] == "background" and rt.task.labels[286] == "Egyptian cat"
+
+
+def test_half_pixel_resize_matches_the_reference_formula():
+    from edge_runtime.models.image import resize_half_pixel
+
+    x = np.arange(16, dtype=np.float32).reshape(4, 4, 1)
+    y = resize_half_pixel(x, 2, 2)[:, :, 0]
+    # half-pixel centres: output pixel (0, 0) samples source (0.5, 0.5)
+    np.testing.assert_allclose(y, [[2.5, 4.5], [10.5, 12.5]])
+    np.testing.assert_allclose(resize_half_pixel(x, 4, 4), x)
+
+
+# -- the Edge TPU: compiled models, the delegate boundary ---------------------------
+
+def test_an_edgetpu_compiled_model_is_recognised_before_loading(tmp_path):
+    from edge_runtime.devices.tflite_backend import TfliteBackend, is_edgetpu_model
+
+    coral = shared("coral")
+    assert is_edgetpu_model(coral / "mobilenet_v1_0.25_128_quant_edgetpu.tflite")
+    assert not is_edgetpu_model(coral / "mobilenet_v1_0.25_128_quant.tflite")
+    art = _import(tmp_path, "mobilenet_v1_0.25_128_quant_edgetpu.tflite")
+    assert json.loads((art / "manifest.json").read_text())["variants"][0]["target"] == "edgetpu"
+    with pytest.raises(er.DeviceError) as ei:                         # no Edge TPU on this machine
+        er.load(art, device="edgetpu", strict=True)
+    assert "no Edge TPU found" in ei.value.message and "custom op" not in ei.value.message
+    with pytest.raises(er.DeviceError) as ei:                         # and the CPU backend refuses it by name
+        TfliteBackend().load(art / "edgetpu" / "model.tflite", {"inputs": [], "outputs": []})
+    assert ei.value.code == "device_model_needs_edgetpu" and "edgetpu-custom-op" in ei.value.message
+
+
+def test_faked_edgetpu_runs_through_the_delegate(edgetpu_faked_artifact):
+    with er.load(edgetpu_faked_artifact, device="edgetpu-faked", strict=True) as rt:
+        res = rt.infer(str(shared("coral", "cat.bmp")))
+        assert res.device == "edgetpu-faked:usb" and res.target == "edgetpu"
+        assert res.prediction in ("Egyptian cat", "tiger cat", "tabby, tabby cat")
+        backend = rt.choice.backend_name
+    from edge_runtime.devices import registry
+
+    module = registry.get_backend(backend)._module
+    d = module.loaded[-1]
+    assert d.library == "libedgetpu.so.1" and d.options == {"device": "usb"}
+
+
+def test_missing_delegate_library_is_a_clear_device_error(edgetpu_faked_artifact):
+    with pytest.raises(er.DeviceError) as ei:
+        er.load(edgetpu_faked_artifact, device="edgetpu-faked", strict=True,
+                device_options={"delegate_library": "libedgetpu.so.0"})
+    assert ei.value.code == "device_delegate_missing" and "libedgetpu.so.0" in ei.value.message
+
+
+def test_delegate_library_per_platform():
+    from edge_runtime.devices.tflite_backend import delegate_library
+
+    assert delegate_library("Linux") == "libedgetpu.so.1"
+    assert delegate_library("Darwin") == "libedgetpu.1.dylib"
+    assert delegate_library("Windows") == "edgetpu.dll"
+
+
+def test_probe_finds_edgetpus_in_a_fake_tree(tmp_path):
+    from edge_runtime.hardware import detect
+
+    usb = tmp_path / "sys" / "bus" / "usb" / "devices"
+    for name, vid, pid in (("1-1", "18d1", "9302"), ("1-2", "1a6e", "089a"), ("1-3", "046d", "c52b")):
+        (usb / name).mkdir(parents=True)
+        (usb / name / "idVendor").write_text(vid + "\n")
+        (usb / name / "idProduct").write_text(pid + "\n")
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "apex_0").write_text("")
+    hw = detect(tmp_path, system="Linux", machine="aarch64")
+    assert hw["edgetpus"] == [{"type": "usb", "path": "1-1", "id": "18d1:9302"},
+                              {"type": "usb", "path": "1-2", "id": "1a6e:089a"},
+                              {"type": "pci", "path": "/dev/apex_0"}]
+    from edge_runtime.devices.tflite_backend import EdgeTpuBackend
+
+    suit = EdgeTpuBackend().suitability("edgetpu", hw)
+    assert suit.ok and suit.device == "edgetpu:usb" and "Edge TPU present" in suit.reason
+    assert not EdgeTpuBackend().suitability("edgetpu", detect(tmp_path / "empty")).ok
+
+
+# -- broken models ------------------------------------------------------------
+
+def test_real_broken_models_get_typed_errors(tmp_path):
+    from edge_runtime.converters.tflite_import import import_tflite
+
+    with pytest.raises(er.ArtifactError) as ei:       # LiteRT refuses its quantization parameters
+        import_tflite(shared("tflm", "person_detect.tflite"), tmp_path / "p", task="tensors")
+    assert ei.value.code == "import_model_invalid" and "quantized_dimension" in ei.value.message
+    # an unknown custom op: imports (the file is fine), then loading says which op
+    import_tflite(shared("coral", "invalid_models", "model_invoking_error.tflite"), tmp_path / "c", task="tensors")
+    with pytest.raises(er.DeviceError) as ei:
+        er.load(tmp_path / "c")
+    assert "fake-op-double" in ei.value.message
+    with pytest.raises(er.InputError) as ei:          # not an image model: says how to import it
+        import_tflite(shared("tflm", "hello_world_int8.tflite"), tmp_path / "h")
+    assert "--task tensors" in ei.value.message
+    garbage = tmp_path / "garbage.tflite"
+    garbage.write_bytes(b"\x00" * 64)
+    with pytest.raises(er.ArtifactError):
+        import_tflite(garbage, tmp_path / "g", task="tensors")
+
+
+def test_tensors_import_runs_a_non_image_model(tmp_path):
+    from edge_runtime.converters.tflite_import import import_tflite
+
+    import_tflite(shared("tflm", "hello_world_int8.tflite"), tmp_path / "h", task="tensors")
+    with er.load(tmp_path / "h") as rt:
+        spec = rt.variant["buckets"][0]["inputs"][0]
+        x = np.zeros(spec["shape"], dtype=spec["dtype"])
+        res = rt.infer({spec["name"]: x})
+        assert set(res.outputs) == {o["name"] for o in rt.variant["buckets"][0]["outputs"]}
+
+
+def test_cli_import_then_infer(tmp_path):
+    from test_cli import cli
+
+    coral = shared("coral")
+    out = tmp_path / "mnv2"
+    proc = cli("import", coral / "mobilenet_v2_1.0_224_quant.tflite", "-o", out, "--labels",
+               coral / "imagenet_labels.txt", "--json", check=0)
+    assert json.loads(proc.stdout)["target"] == "tflite-int8"
+    res = json.loads(cli("infer", out, "--image", coral / "cat.bmp", "--json", check=0).stdout)
+    assert res["prediction"] == "Egyptian cat" and res["device"] == "tflite:cpu"
+    bad = cli("import", coral / "mobilenet_v2_1.0_224_quant.tflite", "-o", out)
+    assert bad.returncode == 2 and "--force" in bad.stderr
