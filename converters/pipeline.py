@@ -171,9 +171,10 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
         ref_sessions = [ort_backend.load(p, b, "cpu", {}) for _, p, b in fp32]
         variants, failures = [], []
         _check_recipe(req)
-        for target in req.targets:
+        targets, skipped = _available_targets(req.targets, progress)
+        for target in targets:
             converter = get_converter(target)
-            buckets, quant = [], None
+            buckets, quant, parity_files = [], None, []
             recipe = _recipe_for(req.recipe, target, converter)
             budget = parity.budget_for(task_cls.parity_metric, req.min_parity)
             for bname, path, bspec in fp32:
@@ -194,10 +195,16 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
                         "task_obj": one, "prepared": prepared, "budget": budget})
                 except ValueError as exc:  # a bad recipe/override or unusable calibration data
                     raise InputError(f"{target}: {exc}", code="convert_recipe_invalid") from None
+                fields = info.pop("bucket_fields", None)   # a converter that names its own I/O
                 quant = quant or info
                 writer.add_file(rel)
                 bucket = {"name": bname, "file": rel}
-                if hasattr(converter, "describe"):
+                if fields:
+                    ins, outs = fields.pop("inputs"), fields.pop("outputs")
+                    if "parity_model" in fields:     # parity measured on a stand-in (see the converter)
+                        parity_files.append(fields.pop("parity_model"))
+                    bucket.update(fields)
+                elif hasattr(converter, "describe"):
                     ins, outs, extra = converter.describe(dst)
                     if extra:
                         bucket["extra_files"] = [writer.add_file(f"{target}/{Path(e).name}") for e in extra]
@@ -210,10 +217,15 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
                                     "source": Path(req.calibration).name}
             task_cand = task_cls(draft, read, buckets)
             trials = []
+            par_target, par_buckets = target, buckets
+            if parity_files:
+                par_target = converter.fallback_target
+                par_buckets = [dict(b, file=f) for b, f in zip(buckets, parity_files)]
             for opts in getattr(converter, "runtime_candidates", lambda: [{}])():
                 progress(f"{target}: measuring parity against fp32 on {len(held)} samples"
-                         + (f" with {opts}" if opts else ""))
-                cand_sessions = _target_sessions(target, tmp, buckets, opts)
+                         + (f" with {opts}" if opts else "") + (f" (on the {par_target} model it was compiled from)"
+                                                              if parity_files else ""))
+                cand_sessions = _target_sessions(par_target, tmp, par_buckets, opts)
                 try:
                     trials.append((opts, parity.measure(task_ref, ref_sessions, task_cand, cand_sessions, held)))
                 finally:
@@ -222,6 +234,9 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
             runtime_opts, par = _pick_runtime(trials, budget)
             par["budget"] = parity.budget_for(par["metric"], req.min_parity)
             par["reference"] = "fp32 source ONNX on onnxruntime:cpu, same pre/post-processing"
+            if parity_files:
+                par["measured_on"] = (f"the {par_target} model given to the compiler: the compiled model runs "
+                                      "only on an Edge TPU, absent at build time")
             par["data"] = parity_source
             par["passed"] = par["value"] is not None and par["value"] >= par["budget"]
             if not par["passed"]:
@@ -249,6 +264,7 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
             "postprocess": post,
             "limits": dict(req.limits),
             "variants": variants,
+            **({"skipped_targets": skipped} if skipped else {}),
             "build": {"seconds": round(time.perf_counter() - t_start, 1), "host": platform.machine()},
         }
         writer.write_manifest(manifest)
@@ -292,6 +308,28 @@ def _target_sessions(target: str, root: Path, buckets: list[dict], options: dict
         return [backend.load(root / b["file"], b, sub, dict(options or {})) for b in buckets]
     except Exception as exc:
         raise DeviceError(f"cannot load the built {target} variant for parity: {exc}") from exc
+
+
+def _available_targets(requested: list[str], progress) -> tuple[list[str], list[dict]]:
+    """Targets whose toolchain is here; one that is not is skipped with its reason and
+    replaced by its fallback (edgetpu without edgetpu_compiler -> tflite-int8)."""
+    targets, skipped = [], []
+    for target in requested:
+        converter = get_converter(target)
+        why = getattr(converter, "unavailable", lambda: None)()
+        if not why:
+            if target not in targets:
+                targets.append(target)
+            continue
+        progress(f"{target}: skipped: {why}")
+        skipped.append({"target": target, "reason": why})
+        fallback = getattr(converter, "fallback_target", None)
+        if fallback and fallback not in targets and fallback not in requested:
+            targets.append(fallback)
+    if not targets:
+        raise InputError("no requested target can be built here: " + "; ".join(
+            f"{s['target']}: {s['reason']}" for s in skipped), code="convert_no_target")
+    return targets, skipped
 
 
 def _check_recipe(req: ConvertRequest) -> None:

@@ -7,7 +7,9 @@ from importlib import metadata
 
 GROUP = "edge_runtime.converters"
 _BUILTIN = {"onnx-int8": "edge_runtime.converters.onnx_int8:OnnxInt8Converter",
-            "openvino": "edge_runtime.converters.openvino_int8:OpenVinoConverter"}
+            "openvino": "edge_runtime.converters.openvino_int8:OpenVinoConverter",
+            "tflite-int8": "edge_runtime.converters.tflite_int8:TfliteInt8Converter",
+            "edgetpu": "edge_runtime.converters.edgetpu:EdgeTpuConverter"}
 
 
 def converter_targets() -> dict[str, str]:

@@ -91,8 +91,11 @@ class TfliteSession:
             kw["num_threads"] = self._threads
         interp = self._mod.Interpreter(**kw)
         interp.allocate_tensors()
-        ins = {d["name"]: d["index"] for d in interp.get_input_details()}
-        outs = {d["name"]: d["index"] for d in interp.get_output_details()}
+        # a converted model's tensors may be named differently from the manifest's
+        # (ONNX) names: the bucket maps them
+        rename = {v: k for k, v in (self._bucket.get("tensor_names") or {}).items()}
+        ins = {rename.get(d["name"], d["name"]): d["index"] for d in interp.get_input_details()}
+        outs = {rename.get(d["name"], d["name"]): d["index"] for d in interp.get_output_details()}
         want_in = {t["name"] for t in self._bucket["inputs"]}
         if set(ins) != want_in:
             raise ValueError(f"model inputs {sorted(ins)} differ from the manifest's {sorted(want_in)}")

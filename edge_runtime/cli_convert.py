@@ -79,6 +79,7 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
                "variants": [{"target": v["target"], "buckets": [b["name"] for b in v["buckets"]],
                              "parity": {k: v["parity"].get(k) for k in ("metric", "value", "min", "samples", "budget")}}
                             for v in manifest["variants"]],
+               "skipped_targets": manifest.get("skipped_targets", []),
                "seconds": round(time.perf_counter() - t0, 1)}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
@@ -88,5 +89,7 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
             extra = f", min {p['min']:.4f}" if p.get("min") is not None else ""
             click.echo(f"{v['target']}: buckets {', '.join(v['buckets'])}; parity {p['metric']} {p['value']:.4f}"
                        f"{extra} on {p['samples']} held-out samples (budget {p['budget']})")
+        for skip in manifest.get("skipped_targets", []):
+            click.echo(f"{skip['target']}: skipped: {skip['reason']}")
         click.echo(f"wrote {out} in {summary['seconds']} s")
     sys.stdout.flush()

@@ -147,3 +147,17 @@ def edgetpu_faked_artifact(tmp_path_factory):
     registry.register("edgetpu-faked", lambda: EdgeTpuBackend(module=module, name="edgetpu-faked",
                                                               list_tpus=lambda hw: [{"type": "usb", "path": "1-1"}]))
     return out
+
+
+@pytest.fixture(scope="session")
+def tflite_digits_artifact(tmp_path_factory):
+    """digits-cnn converted to full-int8 TFLite through onnx2tf + TFLiteConverter (~20 s)."""
+    from edge_runtime.converters.pipeline import convert
+    from edge_runtime.converters.zoo import convert_request
+
+    need_litert()
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("onnx2tf")
+    out = tmp_path_factory.mktemp("tfl-digits") / "digits"
+    convert(convert_request("digits-cnn", "image-classification", out, targets=["tflite-int8"]))
+    return out

@@ -201,3 +201,136 @@ def test_cli_import_then_infer(tmp_path):
     assert res["prediction"] == "Egyptian cat" and res["device"] == "tflite:cpu"
     bad = cli("import", coral / "mobilenet_v2_1.0_224_quant.tflite", "-o", out)
     assert bad.returncode == 2 and "--force" in bad.stderr
+
+
+# -- the tflite-int8 converter (ONNX -> onnx2tf -> full-integer TFLite) ---------------
+
+@pytest.mark.slow
+def test_digits_to_full_int8_tflite(tflite_digits_artifact):
+    from edge_runtime.evaluate import evaluate
+
+    from conftest import ZOO
+
+    man = json.loads((tflite_digits_artifact / "manifest.json").read_text())
+    v = man["variants"][0]
+    b = v["buckets"][0]
+    assert v["target"] == "tflite-int8" and {"tensorflow", "onnx2tf"} <= set(v["toolchain"])
+    # the same feeds as every other variant: ONNX names and layout, mapped to the TFLite tensors
+    assert b["inputs"][0]["name"] == "image" and b["inputs"][0]["shape"] == [1, 1, 8, 8]
+    assert b["inputs"][0]["dtype"] == "int8" and b["outputs"][0]["dtype"] == "int8"
+    assert b["tensor_names"]["image"] == "serving_default_image:0"
+    q = v["quantization"]
+    assert q["all_int8"] and "FLOAT" not in json.dumps(q["op_counts"])      # inspected, not assumed
+    assert q["edgetpu_report"]["fully_mappable"] and q["edgetpu_report"]["first_unsupported"] is None
+    assert v["parity"]["passed"] and v["parity"]["value"] >= 0.99 and v["parity"]["samples"] == 360
+    with er.load(tflite_digits_artifact) as rt:
+        rep = evaluate(rt, ZOO / "digits-cnn" / "held_out")
+    assert rep["device"] == "tflite:cpu" and rep["accuracy"] >= 0.975
+
+
+# -- the edgetpu target: edgetpu_compiler replaced at its boundary --------------------
+
+_FAKE_COMPILER = r'''#!{python}
+"""A stand-in for edgetpu_compiler: mode={mode}."""
+import shutil, sys
+from pathlib import Path
+args = sys.argv[1:]
+if args == ["--version"]:
+    print("Edge TPU Compiler version 16.0.384591198"); sys.exit(0)
+out = Path(args[args.index("-o") + 1]); model = Path(args[-1])
+mode = "{mode}"
+if mode == "fail":
+    print("ERROR: Didn't find op for builtin opcode 'FULLY_CONNECTED'", file=sys.stderr); sys.exit(1)
+if mode == "nofile":
+    sys.exit(0)
+dst = out / (model.stem + "_edgetpu.tflite")
+shutil.copyfile(model, dst)
+if mode == "ok":
+    with open(dst, "ab") as fh:
+        fh.write(b"edgetpu-custom-op")        # what a compiled model carries
+print("Edge TPU Compiler version 16.0.384591198")
+print("Model compiled successfully in 12 ms.")
+print("On-chip memory used for caching model parameters: 40.00KiB")
+print("Off-chip memory used for streaming uncached model parameters: 0.00B")
+print("Number of Edge TPU subgraphs: 1")
+print("Number of operations that will run on Edge TPU: 8")
+print("Number of operations that will run on CPU: 0")
+print("Operator                       Count      Status")
+print("CONV_2D                        2          Mapped to Edge TPU")
+print("FULLY_CONNECTED                2          Mapped to Edge TPU")
+'''
+
+
+def _fake_compiler(tmp_path, monkeypatch, mode):
+    import os
+    import sys
+
+    bindir = tmp_path / f"bin-{mode}"
+    bindir.mkdir()
+    exe = bindir / "edgetpu_compiler"
+    exe.write_text(_FAKE_COMPILER.replace("{python}", sys.executable).replace("{mode}", mode))
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir) + os.pathsep + os.environ["PATH"])
+
+
+def _convert_digits(out, targets):
+    from edge_runtime.converters.pipeline import convert
+    from edge_runtime.converters.zoo import convert_request
+
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("onnx2tf")
+    return convert(convert_request("digits-cnn", "image-classification", out, targets=targets))
+
+
+@pytest.mark.slow
+def test_edgetpu_target_without_the_compiler_says_so_and_builds_tflite(tmp_path, monkeypatch):
+    import shutil
+
+    if shutil.which("edgetpu_compiler"):
+        pytest.skip("a real edgetpu_compiler is on PATH")
+    man = _convert_digits(tmp_path / "a", ["edgetpu"])
+    assert [v["target"] for v in man["variants"]] == ["tflite-int8"]       # never labelled edgetpu
+    assert man["skipped_targets"][0]["target"] == "edgetpu"
+    assert "edgetpu_compiler is not on PATH" in man["skipped_targets"][0]["reason"]
+    assert man["variants"][0]["quantization"]["edgetpu_report"]["fully_mappable"]
+
+
+@pytest.mark.slow
+def test_edgetpu_target_with_a_compiler(tmp_path, monkeypatch):
+    _fake_compiler(tmp_path, monkeypatch, "ok")
+    man = _convert_digits(tmp_path / "b", ["edgetpu"])
+    v = man["variants"][0]
+    assert v["target"] == "edgetpu" and "skipped_targets" not in man
+    c = v["quantization"]["compiler"]
+    assert (c["tpu_ops"], c["cpu_ops"], c["subgraphs"], c["on_chip_memory"]) == (8, 0, 1, "40.00KiB")
+    assert {"op": "CONV_2D", "count": 2, "status": "Mapped to Edge TPU"} in c["ops"]
+    assert v["toolchain"]["edgetpu_compiler"].startswith("Edge TPU Compiler version 16")
+    assert "tflite-int8 model given to the compiler" in v["parity"]["measured_on"]
+    assert v["parity"]["passed"] and "parity_model" not in v["buckets"][0]
+    from edge_runtime.devices.tflite_backend import is_edgetpu_model
+
+    assert is_edgetpu_model(tmp_path / "b" / v["buckets"][0]["file"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode,needle", [("fail", "failed (exit 1)"), ("nofile", "wrote no compiled model"),
+                                         ("unmarked", "no edgetpu-custom-op")])
+def test_a_compiler_that_did_not_finish_ships_nothing(tmp_path, monkeypatch, mode, needle):
+    _fake_compiler(tmp_path, monkeypatch, mode)
+    with pytest.raises(er.InputError) as ei:
+        _convert_digits(tmp_path / "c", ["edgetpu"])
+    assert needle in ei.value.message
+    assert not (tmp_path / "c").exists()
+
+
+def test_compiler_log_parsing():
+    from edge_runtime.converters.edgetpu import parse_log
+
+    log = ("Edge TPU Compiler version 16.0.384591198\nNumber of Edge TPU subgraphs: 1\n"
+           "Number of operations that will run on Edge TPU: 64\nNumber of operations that will run on CPU: 2\n"
+           "Operator                       Count      Status\n"
+           "SOFTMAX                        1          Mapped to Edge TPU\n"
+           "ARG_MAX                        1          Operation not supported\n")
+    r = parse_log(log)
+    assert (r["tpu_ops"], r["cpu_ops"], r["subgraphs"], r["compiler_version"]) == (64, 2, 1, "16.0.384591198")
+    assert r["ops"][1] == {"op": "ARG_MAX", "count": 1, "status": "Operation not supported"}

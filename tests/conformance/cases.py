@@ -32,6 +32,7 @@ CASES = [
     ("openvino-minilm-cls", "openvino", ("fixture", "ov_minilm_classifier_artifact"),
      ["Stock market crashes!", "What a wonderful, uplifting film."]),
     ("tflite-coral", "tflite", ("fixture", "coral_artifact"), [CAT, np.full((40, 60, 3), 90, np.uint8)]),
+    ("tflite-digits", "tflite", ("fixture", "tflite_digits_artifact"), [DIGIT, np.full((8, 8), 30, np.uint8)]),
     ("edgetpu-faked-coral", "edgetpu-faked", ("fixture", "edgetpu_faked_artifact"),
      [CAT, np.full((40, 60, 3), 90, np.uint8)]),
 ]
