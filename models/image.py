@@ -98,18 +98,32 @@ def _from_array(arr: np.ndarray, limits, mode: str):
 def resize_half_pixel(x: np.ndarray, h: int, w: int) -> np.ndarray:
     """Bilinear resize with half-pixel centres, in float (TF's ``resize_bilinear``
     with ``half_pixel_centers=True``, what Coral's models were evaluated with;
-    PIL's bilinear filter antialiases when it shrinks, which this does not)."""
+    PIL's bilinear filter antialiases when it shrinks, which this does not).
+
+    ``x`` is HxWxC (uint8 or float); returns float32 hxwxC. The axis that
+    shrinks most is done first, and the source is gathered before it is
+    converted to float, so no full-size float copy is made.
+    """
     def axis(n_in, n_out):
         src = (np.arange(n_out, dtype=np.float64) + 0.5) * (n_in / n_out) - 0.5
         src = np.clip(src, 0, n_in - 1)
-        i0 = np.floor(src).astype(np.int64)
+        i0 = np.floor(src).astype(np.intp)
         i1 = np.minimum(i0 + 1, n_in - 1)
         return i0, i1, (src - i0).astype(np.float32)
 
+    def lerp(a, b, t):          # a + (b - a) * t, in place on the gathered copies
+        b -= a
+        b *= t
+        a += b
+        return a
+
     y0, y1, wy = axis(x.shape[0], h)
     x0, x1, wx = axis(x.shape[1], w)
-    top = x[y0] * (1 - wy)[:, None, None] + x[y1] * wy[:, None, None]
-    return top[:, x0] * (1 - wx)[None, :, None] + top[:, x1] * wx[None, :, None]
+    if x.shape[1] - w >= x.shape[0] - h:   # columns first
+        cols = lerp(x[:, x0].astype(np.float32), x[:, x1].astype(np.float32), wx[None, :, None])
+        return lerp(cols[y0], cols[y1], wy[:, None, None])
+    rows = lerp(x[y0].astype(np.float32), x[y1].astype(np.float32), wy[:, None, None])
+    return lerp(rows[:, x0], rows[:, x1], wx[None, :, None])
 
 
 def to_tensor(img, pre: dict, spec: dict) -> np.ndarray:
@@ -122,11 +136,15 @@ def to_tensor(img, pre: dict, spec: dict) -> np.ndarray:
     h, w = pre["size"]
     method = pre.get("resize", "bilinear")
     if method == "bilinear-half-pixel":
-        x = np.asarray(img, dtype=np.float32)
+        x = np.asarray(img)
         if x.ndim == 2:
             x = x[:, :, None]
         if x.shape[:2] != (h, w):
-            x = np.floor(np.clip(resize_half_pixel(x, h, w), 0, 255))   # truncate, as the reference does
+            x = resize_half_pixel(x, h, w)
+            np.clip(x, 0, 255, out=x)
+            np.floor(x, out=x)                                   # truncate, as the reference does
+        else:
+            x = x.astype(np.float32)
     else:
         if img.size != (w, h):
             img = img.resize((w, h), resample=_RESAMPLE[method])
