@@ -20,6 +20,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .registry import ConversionFailed
 from .tflite_int8 import TfliteInt8Converter
 
 COMPILER = "edgetpu_compiler"
@@ -90,18 +91,18 @@ class EdgeTpuConverter:
             proc = subprocess.run([compiler, "-s", "-o", str(work), str(plain)], capture_output=True, text=True,
                                   timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
-            raise ValueError(f"{COMPILER} did not finish within {self.timeout_s} s") from None
+            raise ConversionFailed(f"{COMPILER} did not finish within {self.timeout_s} s") from None
         log = proc.stdout + proc.stderr
         compiled = work / "model_edgetpu.tflite"
         if proc.returncode != 0:
-            raise ValueError(f"{COMPILER} failed (exit {proc.returncode}): {log.strip()[-400:]}")
+            raise ConversionFailed(f"{COMPILER} failed (exit {proc.returncode}): {log.strip()[-400:]}")
         if not compiled.is_file() or compiled.stat().st_size == 0 or not is_edgetpu_model(compiled):
-            raise ValueError(f"{COMPILER} exited 0 but wrote no compiled model (no edgetpu-custom-op in "
+            raise ConversionFailed(f"{COMPILER} exited 0 but wrote no compiled model (no edgetpu-custom-op in "
                              f"{compiled.name}); refusing to label it edgetpu")
         shutil.copyfile(compiled, out_path)
         parsed = parse_log(log)
         if parsed.get("tpu_ops") == 0:
-            raise ValueError(f"{COMPILER} mapped no operation to the Edge TPU: {log.strip()[-400:]}")
+            raise ConversionFailed(f"{COMPILER} mapped no operation to the Edge TPU: {log.strip()[-400:]}")
         ins, outs, names = describe(Path(out_path), *io_specs(fp32_path))
         info.update(scheme="tflite-full-integer compiled for the Edge TPU", compiler=parsed,
                     compiler_log=log[-4000:])

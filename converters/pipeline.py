@@ -32,7 +32,7 @@ from edge_runtime.selection import choose
 
 from . import parity
 from .onnx_io import io_specs, static_dims
-from .registry import get_converter
+from .registry import ConversionFailed, get_converter
 
 TEXT_TASKS = ("text-classification", "text-embedding")
 
@@ -193,6 +193,8 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
                     info = converter.build_bucket(path, dst, [p.feeds for p in prepared], {
                         "task": req.task, "recipe": recipe, "overrides": req.recipe_overrides, "work": work,
                         "task_obj": one, "prepared": prepared, "budget": budget})
+                except ConversionFailed as exc:  # the toolchain cannot build this source
+                    raise InputError(f"{target}: {exc}", code="convert_target_failed") from None
                 except ValueError as exc:  # a bad recipe/override or unusable calibration data
                     raise InputError(f"{target}: {exc}", code="convert_recipe_invalid") from None
                 fields = info.pop("bucket_fields", None)   # a converter that names its own I/O

@@ -6,6 +6,10 @@ import importlib
 from importlib import metadata
 
 GROUP = "edge_runtime.converters"
+
+
+class ConversionFailed(ValueError):
+    """The toolchain could not build the target from this source (not a bad recipe)."""
 _BUILTIN = {"onnx-int8": "edge_runtime.converters.onnx_int8:OnnxInt8Converter",
             "openvino": "edge_runtime.converters.openvino_int8:OpenVinoConverter",
             "tflite-int8": "edge_runtime.converters.tflite_int8:TfliteInt8Converter",

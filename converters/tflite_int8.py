@@ -23,6 +23,8 @@ import os
 import sys
 from pathlib import Path
 
+from .registry import ConversionFailed
+
 _KNOWN = {"io_dtype", "replace_erf"}
 
 
@@ -58,8 +60,15 @@ def quantize(fp32_onnx: Path, out_path: Path, feeds: list[dict], work: Path, ove
         raise ValueError("no usable calibration samples")
     inputs, _ = io_specs(fp32_onnx)
     names = [t["name"] for t in inputs]
+    layout_kept = [t["name"] for t in inputs if 3 <= len(t["shape"]) <= 5]   # onnx2tf would make them channel-last
     saved = Path(work) / f"savedmodel_{Path(out_path).stem}"
-    _onnx2tf(Path(fp32_onnx), saved, names, bool(overrides.get("replace_erf", True)))
+    try:
+        _onnx2tf(Path(fp32_onnx), saved, layout_kept, bool(overrides.get("replace_erf", True)))
+    except BaseException as exc:  # onnx2tf raises anything (and sys.exit()s on some errors)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise ConversionFailed(f"onnx2tf could not convert the model: {type(exc).__name__}: "
+                               f"{str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ''}") from None
 
     def representative():
         for f in feeds:
@@ -73,7 +82,7 @@ def quantize(fp32_onnx: Path, out_path: Path, feeds: list[dict], work: Path, ove
     try:
         data = conv.convert()
     except Exception as exc:  # an op with no int8 kernel, say: typed, with TF's reason
-        raise ValueError(f"TFLite full-int8 conversion failed: {str(exc).strip().splitlines()[-1][:300]}") from None
+        raise ConversionFailed(f"TFLite full-int8 conversion failed: {str(exc).strip().splitlines()[-1][:300]}") from None
     Path(out_path).write_bytes(data)
 
     from .edgetpu_report import edgetpu_report

@@ -61,7 +61,10 @@ def delegate_library(system: str | None = None) -> str:
 
 
 class TfliteSession:
-    cancellable = False   # LiteRT cannot stop a running invoke: the runtime's worker pool bounds it
+    # LiteRT cannot stop a running invoke, so by default the runtime runs it on its worker
+    # pool, which returns at the deadline. Option inline=true runs it in the caller's thread
+    # (~1 ms less per call on 2 cores); the deadline is then checked when invoke returns.
+    cancellable = False
 
     def __init__(self, model_path: Path, bucket: dict, options: dict, delegate_factory=None, device="tflite:cpu",
                  module=None):
@@ -79,6 +82,7 @@ class TfliteSession:
         self._made = 0
         self._limit = max(1, int(options.get("max_interpreters", 2)))
         self._cv = threading.Condition(self._lock)
+        self.cancellable = self.inline = bool(options.get("inline", False))
         self._free.append(self._new())
         self._made = 1
         self._closed = False
@@ -142,6 +146,7 @@ class TfliteSession:
 
     def info(self) -> dict:
         return {"package": self.package, "threads": None if self._delegate_factory else self._threads,
+                "inline": self.inline,
                 "interpreters": self._made, "delegate": self.device if self._delegate_factory else None}
 
     def close(self) -> None:

@@ -269,7 +269,13 @@ class Runtime:
     def _run_inline(self, sess, prepared, remaining, deadline):
         token, entry = WATCHDOG.arm(time.perf_counter() + remaining)
         try:
-            return sess.run(prepared.feeds, cancel=token)
+            outputs = sess.run(prepared.feeds, cancel=token)
+            if token.fired:   # finished, but after the deadline (a session that could not stop in time)
+                raise InferenceTimeout(f"{self.device} answered after the {deadline} ms deadline",
+                                       code="inference_timeout", deadline_ms=deadline, device=self.device)
+            return outputs
+        except InferenceTimeout:
+            raise
         except Exception as exc:
             if token.fired:
                 raise self._timeout(deadline) from None

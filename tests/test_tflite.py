@@ -319,7 +319,7 @@ def test_a_compiler_that_did_not_finish_ships_nothing(tmp_path, monkeypatch, mod
     _fake_compiler(tmp_path, monkeypatch, mode)
     with pytest.raises(er.InputError) as ei:
         _convert_digits(tmp_path / "c", ["edgetpu"])
-    assert needle in ei.value.message
+    assert needle in ei.value.message and ei.value.code == "convert_target_failed"
     assert not (tmp_path / "c").exists()
 
 
@@ -334,3 +334,56 @@ def test_compiler_log_parsing():
     r = parse_log(log)
     assert (r["tpu_ops"], r["cpu_ops"], r["subgraphs"], r["compiler_version"]) == (64, 2, 1, "16.0.384591198")
     assert r["ops"][1] == {"op": "ARG_MAX", "count": 1, "status": "Operation not supported"}
+
+
+def test_inline_mode_checks_the_deadline_after_invoke(coral_artifact, monkeypatch):
+    import time
+
+    from edge_runtime.devices.tflite_backend import TfliteSession
+
+    img = str(shared("coral", "cat.bmp"))
+    with er.load(coral_artifact, device="tflite", device_options={"inline": True}) as rt:
+        assert rt.info()["sessions"][0]["inline"] and rt._sessions[0].cancellable
+        assert rt.infer(img).prediction
+        real_run = TfliteSession.run
+
+        def slow_run(self, feeds, cancel=None):        # an invoke that takes 200 ms
+            out = real_run(self, feeds, cancel)
+            time.sleep(0.2)
+            return out
+
+        monkeypatch.setattr(TfliteSession, "run", slow_run)
+        with pytest.raises(er.InferenceTimeout) as ei:
+            rt.infer(img, deadline_ms=50)
+        assert "answered after the 50 ms deadline" in ei.value.message
+        monkeypatch.setattr(TfliteSession, "run", real_run)
+        assert rt.infer(img).prediction                 # keeps serving
+    with er.load(coral_artifact, device="tflite") as rt:
+        assert not rt.info()["sessions"][0]["inline"]   # the default keeps the hard deadline
+
+
+@pytest.mark.slow
+def test_minilm_to_tflite_reaches_the_budget_or_fails_typed(tmp_path):
+    """A transformer through onnx2tf: either a parity-gated artifact with its Edge TPU
+    report, or a typed failure naming the tool and its reason, and nothing written."""
+    from conftest import CACHE, _need_minilm
+
+    from edge_runtime.converters.pipeline import convert
+    from edge_runtime.converters.zoo import convert_request
+
+    _need_minilm()
+    pytest.importorskip("onnx2tf")
+    out = tmp_path / "ml"
+    try:
+        man = convert(convert_request("minilm", "text-embedding", out, cache=CACHE, targets=["tflite-int8"],
+                                      buckets=[64]))
+    except er.ParityError as exc:
+        assert exc.details["variants"][0]["parity"]["value"] is not None      # the figure is reported
+        assert not out.exists()
+        return
+    except er.InputError as exc:
+        assert exc.code == "convert_target_failed" and ("onnx2tf" in exc.message or "TFLite" in exc.message)
+        assert not out.exists()
+        return
+    v = man["variants"][0]
+    assert v["parity"]["passed"] and "edgetpu_report" in v["quantization"]
