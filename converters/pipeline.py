@@ -22,7 +22,7 @@ from pathlib import Path
 
 from edge_runtime import __version__
 from edge_runtime.artifact import ArtifactWriter, sha256_file
-from edge_runtime.errors import DeviceError, InputError, ParityError
+from edge_runtime.errors import DeviceError, EdgeRuntimeError, InputError, ParityError
 from edge_runtime.devices import registry
 from edge_runtime.hardware import detect_cached
 from edge_runtime.limits import DEFAULT_LIMITS
@@ -230,6 +230,14 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
                 cand_sessions = _target_sessions(par_target, tmp, par_buckets, opts)
                 try:
                     trials.append((opts, parity.measure(task_ref, ref_sessions, task_cand, cand_sessions, held)))
+                except EdgeRuntimeError:
+                    raise
+                except Exception as exc:  # the toolchain built a model that does not run (TF's int8 DIV, say)
+                    report = (quant or {}).get("edgetpu_report", {}).get("verdict")
+                    raise InputError(f"{target}: the built model fails when run for parity on "
+                                     f"{cand_sessions[0].device}: {type(exc).__name__}: {str(exc)[:300]}"
+                                     + (f" (static Edge TPU report of the built model: {report})" if report else ""),
+                                     code="convert_target_failed") from None
                 finally:
                     for s in cand_sessions:
                         s.close()

@@ -376,13 +376,16 @@ def test_minilm_to_tflite_reaches_the_budget_or_fails_typed(tmp_path):
     out = tmp_path / "ml"
     try:
         man = convert(convert_request("minilm", "text-embedding", out, cache=CACHE, targets=["tflite-int8"],
-                                      buckets=[64]))
+                                      buckets=[64], max_calibration=60))
     except er.ParityError as exc:
         assert exc.details["variants"][0]["parity"]["value"] is not None      # the figure is reported
         assert not out.exists()
         return
     except er.InputError as exc:
-        assert exc.code == "convert_target_failed" and ("onnx2tf" in exc.message or "TFLite" in exc.message)
+        # today: TF 2.21 builds an int8 DIV that fails at run time (TOOLCHAINS); the message
+        # carries the static Edge TPU report of what was built (CAST first: all on the CPU)
+        assert exc.code == "convert_target_failed"
+        assert any(k in exc.message for k in ("onnx2tf", "TFLite", "fails when run for parity"))
         assert not out.exists()
         return
     v = man["variants"][0]
