@@ -223,7 +223,8 @@ class Runtime:
         Items are prepared first (an input error stays that item's result),
         grouped per bucket and run together; each group may take at most
         ``deadline`` per item, as the one-by-one loop would. ``latency_ms`` is
-        the time from the batch start until that item's result was ready.
+        the time from the batch start until the item's bucket group finished
+        (items of one group complete together).
         """
         if self._closed:
             raise InferenceRuntimeError("runtime is closed", code="runtime_closed", device=self.device,
