@@ -11,8 +11,10 @@ parity gate then catches a silently wrong conversion (onnx2tf has made one).
 
 Toolchain (extra ``convert-tflite``): tensorflow 2.21 + onnx2tf 1.28.8 on
 Python 3.11 with numpy 2 (see TOOLCHAINS). Overrides: ``io_dtype`` ("int8" /
-"uint8"), ``replace_erf`` (onnx2tf ``-rtpo Erf``: exact GELU would otherwise
-become a Flex op).
+"uint8"), ``replace_erf`` (onnx2tf ``-rtpo erf``: exact GELU would otherwise
+become a Flex op), ``float_ops`` (op types kept in float through TF's
+quantization debugger, e.g. ["DIV"], whose int8 kernel TF 2.21 builds wrong:
+the model is then no longer all-int8, and says so).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from .registry import ConversionFailed
 
-_KNOWN = {"io_dtype", "replace_erf"}
+_KNOWN = {"io_dtype", "replace_erf", "float_ops"}
 
 
 def _onnx2tf(src: Path, out_dir: Path, input_names: list[str], replace_erf: bool) -> dict:
@@ -92,13 +94,21 @@ def quantize(fp32_onnx: Path, out_path: Path, feeds: list[dict], work: Path, ove
         for f in feeds:
             yield {n: np.asarray(f[n]) for n in names}
 
+    float_ops = [str(o).upper() for o in overrides.get("float_ops", [])]
     conv = tf.lite.TFLiteConverter.from_saved_model(str(saved))
     conv.optimizations = [tf.lite.Optimize.DEFAULT]
     conv.representative_dataset = representative
     conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     conv.inference_input_type = conv.inference_output_type = {"int8": tf.int8, "uint8": tf.uint8}[io_dtype]
     try:
-        data = conv.convert()
+        if float_ops:   # selective: those op types stay float (TF's quantization debugger)
+            conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS]
+            dbg = tf.lite.experimental.QuantizationDebugger(
+                converter=conv, debug_dataset=representative,
+                debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=float_ops))
+            data = dbg.get_nondebug_quantized_model()
+        else:
+            data = conv.convert()
     except Exception as exc:  # an op with no int8 kernel, say: typed, with TF's reason
         raise ConversionFailed(f"TFLite full-int8 conversion failed: {_tf_reason(exc)}") from None
     Path(out_path).write_bytes(data)
@@ -114,6 +124,7 @@ def quantize(fp32_onnx: Path, out_path: Path, feeds: list[dict], work: Path, ove
         "weights": "int8 (per-channel for conv/dense)",
         "activations": f"int8, {io_dtype} input/output",
         "recipe": "full-int8",
+        "float_ops": float_ops,
         "onnx2tf": onnx2tf_info,
         "all_int8": bool(summary.get("all_int8")),
         "op_counts": summary.get("op_counts"),

@@ -376,9 +376,14 @@ def test_minilm_to_tflite_reaches_the_budget_or_fails_typed(tmp_path):
     out = tmp_path / "ml"
     try:
         man = convert(convert_request("minilm", "text-embedding", out, cache=CACHE, targets=["tflite-int8"],
-                                      buckets=[64], max_calibration=60))
+                                      buckets=[64], max_calibration=60,
+                                      # TF 2.21's int8 DIV fails at run time: keep it float
+                                      recipe_overrides={"float_ops": ["DIV"]}))
     except er.ParityError as exc:
-        assert exc.details["variants"][0]["parity"]["value"] is not None      # the figure is reported
+        # today: naive post-training int8 through TFLite wrecks the embedding (cosine ~0.3;
+        # onnx2tf's float model matches ONNX at cosine 1.0): convert fails with the figure
+        par = exc.details["variants"][0]["parity"]
+        assert par["value"] is not None and par["value"] < par["budget"]
         assert not out.exists()
         return
     except er.InputError as exc:
