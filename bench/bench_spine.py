@@ -77,19 +77,14 @@ def bench_infer(artifact: Path, blocks: int, per_block: int) -> dict:
     for t in texts[:10]:
         raw(t), rt.infer(t)
     ours, theirs, same = [], [], []
-    for _ in range(blocks):          # alternate blocks, never call-by-call interleaving
-        for t in texts:
-            t0 = time.perf_counter()
-            raw(t)
-            theirs.append((time.perf_counter() - t0) * 1000)
-        for t in texts:
-            t0 = time.perf_counter()
-            raw(t, own)
-            same.append((time.perf_counter() - t0) * 1000)
-        for t in texts:
-            t0 = time.perf_counter()
-            rt.infer(t)
-            ours.append((time.perf_counter() - t0) * 1000)
+    paths = [(raw, theirs), (lambda t: raw(t, own), same), (rt.infer, ours)]
+    for block in range(blocks):      # whole blocks, never call-by-call; the order rotates every block
+        k = block % len(paths)
+        for fn, times in paths[k:] + paths[:k]:
+            for t in texts:
+                t0 = time.perf_counter()
+                fn(t)
+                times.append((time.perf_counter() - t0) * 1000)
     rt.close()
     m_ours, m_raw, m_same = statistics.median(ours), statistics.median(theirs), statistics.median(same)
     return {"calls_each": len(ours), "rt_infer_median_ms": round(m_ours, 3), "raw_median_ms": round(m_raw, 3),

@@ -60,14 +60,25 @@ def delegate_library(system: str | None = None) -> str:
     return _DELEGATE_LIBS.get(system or platform.system(), "libedgetpu.so.1")
 
 
+def _flag(value) -> bool:
+    if isinstance(value, str):
+        if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+            raise ValueError(f"device option inline={value!r} is not a boolean")
+        return value.lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
 class TfliteSession:
-    # LiteRT cannot stop a running invoke, so by default the runtime runs it on its worker
-    # pool, which returns at the deadline. Option inline=true runs it in the caller's thread
-    # (~1 ms less per call on 2 cores); the deadline is then checked when invoke returns.
+    # LiteRT cannot stop a running invoke. inline=true runs it in the caller's thread and
+    # checks the deadline when it returns (a late answer is an InferenceTimeout, never a
+    # result); inline=false runs it on the runtime's worker pool, which returns at the
+    # deadline while the invoke finishes in the background (~0.5-1 ms more per call on
+    # 2 cores). CPU sessions default to inline: a static-shape XNNPACK invoke cannot
+    # stall. Edge TPU sessions default to the pool: a USB device can.
     cancellable = False
 
     def __init__(self, model_path: Path, bucket: dict, options: dict, delegate_factory=None, device="tflite:cpu",
-                 module=None):
+                 module=None, inline_default: bool = False):
         mod, pkg = (module, "injected") if module is not None else interpreter_module()
         if mod is None:
             raise DeviceError(pkg, code="device_unavailable")
@@ -82,7 +93,7 @@ class TfliteSession:
         self._made = 0
         self._limit = max(1, int(options.get("max_interpreters", 2)))
         self._cv = threading.Condition(self._lock)
-        self.cancellable = self.inline = bool(options.get("inline", False))
+        self.cancellable = self.inline = _flag(options.get("inline", inline_default))
         self._free.append(self._new())
         self._made = 1
         self._closed = False
@@ -176,7 +187,7 @@ class TfliteBackend:
             raise DeviceError(f"{Path(model_path).name} is compiled for the Edge TPU (it contains "
                               "edgetpu-custom-op): it runs only on an Edge TPU through libedgetpu; use the "
                               "artifact's tflite-int8 variant on a CPU", code="device_model_needs_edgetpu")
-        return TfliteSession(Path(model_path), bucket, dict(options or {}))
+        return TfliteSession(Path(model_path), bucket, dict(options or {}), inline_default=True)
 
 
 def list_edge_tpus(hardware: dict) -> list[dict]:
@@ -214,7 +225,19 @@ class EdgeTpuBackend:
         tpus = self._list_tpus(hardware)
         if not tpus:
             return Suitability(0, self.name, "no Edge TPU found (no Coral USB device, no /dev/apex_*)")
-        return Suitability(60, f"{self.name}:{device or tpus[0].get('type', 'usb')}",
+        kind, _, index = (device or "").partition(":")
+        if device is not None and (kind not in ("usb", "pci") or (index and not index.isdigit())):
+            return Suitability(0, f"{self.name}:{device}", f"unknown edgetpu device {device!r} (usb[:N], pci[:N])")
+        if device is not None and sum(d.get("type") == kind for d in tpus) <= int(index or 0):
+            return Suitability(0, f"{self.name}:{device}", f"no Edge TPU {device!r} here (found: "
+                               f"{', '.join(d.get('type', '?') + ':' + str(d.get('path', '')) for d in tpus)})")
+        where = f"{self.name}:{device or tpus[0].get('type', 'usb')}"
+        libs = hardware.get("libraries")
+        if self._module is None and libs is not None and not libs.get("libedgetpu"):
+            # still forceable, but auto prefers a CPU path over a delegate that will likely not load
+            return Suitability(5, where, "Edge TPU present but libedgetpu was not found in the usual library "
+                                         "folders (see `edge-infer doctor`)")
+        return Suitability(60, where,
                            f"Edge TPU present ({', '.join(d.get('type', '?') + ':' + str(d.get('path', '')) for d in tpus)})")
 
     def load(self, model_path: Path, bucket: dict, device: str | None = None, options: dict | None = None):

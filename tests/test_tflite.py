@@ -111,6 +111,7 @@ def test_faked_edgetpu_runs_through_the_delegate(edgetpu_faked_artifact):
     with er.load(edgetpu_faked_artifact, device="edgetpu-faked", strict=True) as rt:
         res = rt.infer(str(shared("coral", "cat.bmp")))
         assert res.device == "edgetpu-faked:usb" and res.target == "edgetpu"
+        assert not rt.info()["sessions"][0]["inline"]   # a USB device can stall: worker pool, hard deadline
         assert res.prediction in ("Egyptian cat", "tiger cat", "tabby, tabby cat")
         backend = rt.choice.backend_name
     from edge_runtime.devices import registry
@@ -342,7 +343,7 @@ def test_inline_mode_checks_the_deadline_after_invoke(coral_artifact, monkeypatc
     from edge_runtime.devices.tflite_backend import TfliteSession
 
     img = str(shared("coral", "cat.bmp"))
-    with er.load(coral_artifact, device="tflite", device_options={"inline": True}) as rt:
+    with er.load(coral_artifact, device="tflite") as rt:   # the CPU default
         assert rt.info()["sessions"][0]["inline"] and rt._sessions[0].cancellable
         assert rt.infer(img).prediction
         real_run = TfliteSession.run
@@ -358,8 +359,16 @@ def test_inline_mode_checks_the_deadline_after_invoke(coral_artifact, monkeypatc
         assert "answered after the 50 ms deadline" in ei.value.message
         monkeypatch.setattr(TfliteSession, "run", real_run)
         assert rt.infer(img).prediction                 # keeps serving
-    with er.load(coral_artifact, device="tflite") as rt:
-        assert not rt.info()["sessions"][0]["inline"]   # the default keeps the hard deadline
+    with er.load(coral_artifact, device="tflite", device_options={"inline": "false"}) as rt:
+        assert not rt.info()["sessions"][0]["inline"] and not rt._sessions[0].cancellable
+        monkeypatch.setattr(TfliteSession, "run", slow_run)
+        t0 = time.perf_counter()
+        with pytest.raises(er.InferenceTimeout):       # the pooled mode returns at the deadline
+            rt.infer(img, deadline_ms=50)
+        assert time.perf_counter() - t0 < 0.18
+        monkeypatch.setattr(TfliteSession, "run", real_run)
+    with pytest.raises(er.DeviceError):
+        er.load(coral_artifact, device="tflite", device_options={"inline": "sometimes"})
 
 
 @pytest.mark.slow
