@@ -1,99 +1,230 @@
-"""What this machine is, found without importing any ML framework.
+"""What this machine is, found without importing any ML framework (a few ms).
 
-A first, small probe: OS, architecture, CPU vendor and ISA features, NVIDIA
-device nodes and which backend packages are importable (by ``find_spec``,
-never by importing them). The filesystem root is injectable so tests can
-point it at fake trees.
+``detect()`` runs a table of small probes over an injectable filesystem root
+(tests point it at fake sysfs/dev/proc trees of each board, see
+``tests/boards.py``) and returns one JSON-safe dict. The keys other code reads:
+
+- ``system``, ``machine``: ``platform.system()`` / ``platform.machine()`` (or as given)
+- ``cpu``: vendor, model, cores, int8-relevant ``features``, ``int8_dot``
+  (``hardware_cpu.py``)
+- ``apple_silicon``: bool (macOS on arm64, also an x86-64 Python under Rosetta);
+  ``apple``: chip name and Rosetta flag on macOS, else None
+- ``board``: device-tree model and kind (``jetson``, ``raspberry-pi``, ...) or None
+- ``jetson``: model, L4T release, JetPack line, SoC and whether the installed
+  onnxruntime can use the GPU, or None
+- ``nvidia_gpus``: discrete-GPU device nodes (``nvidia0``...); ``nvidia``:
+  driver version, GPU names, whether it is a Jetson's integrated GPU, or None
+- ``edgetpus``: Coral USB (by USB id, before and after its firmware load) and
+  PCIe/M.2 (``/dev/apex_N``), as the ``edgetpu`` backend reads them; ``coral``:
+  USB firmware state and link speed, and Coral PCIe cards on the PCI bus with
+  no ``/dev/apex_N`` (driver missing), or None
+- ``packages``: backend packages importable (``find_spec``, never imported);
+  ``onnxruntime``: the installed ONNX Runtime build (distribution, providers);
+  ``libraries``: vendor libraries found by file name (``hardware_packages.py``)
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import platform
+import re
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
-BACKEND_PACKAGES = ("onnxruntime", "openvino", "ai_edge_litert", "tflite_runtime", "coremltools")
-_FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
+from .hardware_cpu import darwin_cpu, darwin_sysctl, linux_cpu
+from .hardware_packages import BACKEND_PACKAGES, onnxruntime_build, packages_present, vendor_libraries
 
-
-def _read(root: Path, rel: str, limit: int = 1 << 20) -> str:
-    try:
-        with open(root / rel, "rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return ""
+__all__ = ["detect", "detect_cached", "has_nvidia_gpu", "packages_present", "BACKEND_PACKAGES"]
 
 
-def _cpu(root: Path, machine: str) -> dict:
-    text = _read(root, "proc/cpuinfo")
-    vendor, model, flags = "", "", set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "vendor_id" and not vendor:
-            vendor = value.strip()
-        elif key == "model name" and not model:
-            model = value.strip()
-        elif key in ("flags", "Features") and not flags:
-            flags = set(value.split())
-    features = [f for f in _FLAGS_OF_INTEREST if f in flags]
-    if "asimd" in flags or machine in ("arm64", "aarch64"):
-        features.append("neon")
-    return {
-        "vendor": vendor,
-        "model": model,
-        "cores": os.cpu_count() or 1,
-        "features": features,
-        "int8_dot": bool({"avx512_vnni", "avx_vnni", "amx_int8"} & flags),
-    }
+@dataclass
+class Probe:
+    root: Path
+    system: str
+    machine: str
+    sysctl: Callable[[str], object]
+    python_path: list | None
+    env: dict | None
+    found: dict = field(default_factory=dict)
 
-
-def packages_present() -> dict[str, bool]:
-    out = {}
-    for name in BACKEND_PACKAGES:
+    def read(self, rel: str, limit: int = 1 << 20) -> str:
         try:
-            out[name] = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            out[name] = False
-    return out
+            with open(self.root / rel, "rb") as fh:
+                return fh.read(limit).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def listdir(self, rel: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self.root / rel))
+        except OSError:
+            return []
 
 
-# Coral USB accelerator: 1a6e:089a before its firmware is loaded, 18d1:9302 after
-_EDGETPU_USB = {("1a6e", "089a"), ("18d1", "9302")}
+def _no_sysctl(name: str):
+    return None
 
 
-def edgetpus(root: Path) -> list[dict]:
-    """Edge TPUs seen in sysfs (USB) and /dev (PCIe/M.2 ``apex_N``)."""
+# -- probes ------------------------------------------------------------------
+def _cpu(p: Probe) -> dict:
+    if p.system == "Darwin":
+        return darwin_cpu(p.sysctl, p.machine)
+    return linux_cpu(p.read("proc/cpuinfo"), p.machine)
+
+
+def _apple_silicon(p: Probe) -> bool:
+    return p.system == "Darwin" and (p.machine == "arm64" or str(p.sysctl("sysctl.proc_translated")) == "1")
+
+
+def _apple(p: Probe) -> dict | None:
+    if p.system != "Darwin":
+        return None
+    rosetta = p.machine != "arm64" and str(p.sysctl("sysctl.proc_translated")) == "1"
+    return {"chip": str(p.sysctl("machdep.cpu.brand_string") or ""), "rosetta": rosetta}
+
+
+BOARD_KINDS = (("NVIDIA Jetson", "jetson"), ("Raspberry Pi", "raspberry-pi"), ("Phanbell", "coral-dev-board"),
+               ("Coral", "coral-dev-board"))
+
+
+def _board(p: Probe) -> dict | None:
+    model = p.read("proc/device-tree/model").strip("\0 \n")
+    if not model:
+        return None
+    kind = next((k for needle, k in BOARD_KINDS if needle.lower() in model.lower()), "other")
+    return {"model": model, "kind": kind}
+
+
+# L4T major release -> JetPack line (https://developer.nvidia.com/embedded/jetpack-archive)
+JETPACK = {32: "4", 34: "5.0 (developer preview)", 35: "5", 36: "6", 38: "7"}
+
+
+def _l4t(text: str) -> str | None:
+    m = re.search(r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", text)
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+def _jetson(p: Probe) -> dict | None:
+    model = p.read("proc/device-tree/model").strip("\0 \n")
+    compatible = p.read("proc/device-tree/compatible").split("\0")
+    release = p.read("etc/nv_tegra_release")
+    soc = next((c.split(",", 1)[1] for c in compatible if c.startswith("nvidia,tegra")), None)
+    if "jetson" not in model.lower() and not release and soc is None:
+        return None
+    l4t = _l4t(release)
+    major = int(l4t.split(".")[0]) if l4t else None
+    ort = p.found.get("onnxruntime")
+    return {"model": model or "NVIDIA Jetson (model not in the device tree)", "l4t": l4t,
+            "jetpack": JETPACK.get(major) if major else None, "soc": soc,
+            "onnxruntime_gpu": bool(ort and ort["gpu"]),
+            "onnxruntime": None if ort is None else f"{ort['distribution']} {ort['version'] or ''}".strip()}
+
+
+def _nvidia_gpus(p: Probe) -> list[str]:
+    return [n for n in p.listdir("dev") if re.fullmatch(r"nvidia\d+", n)]
+
+
+def _nvidia(p: Probe) -> dict | None:
+    version = p.read("proc/driver/nvidia/version")
+    m = re.search(r"Kernel Module(?: for \S+)?\s+([\d.]+)", version)
+    names = []
+    for gpu in p.listdir("proc/driver/nvidia/gpus"):
+        info = p.read(f"proc/driver/nvidia/gpus/{gpu}/information")
+        mm = re.search(r"^Model:\s*(.+)$", info, re.M)
+        if mm:
+            names.append(mm.group(1).strip())
+    if not (p.found["nvidia_gpus"] or m or p.found.get("jetson")):
+        return None
+    return {"driver": m.group(1) if m else None, "gpus": names,
+            "integrated": p.found.get("jetson") is not None, "device_nodes": p.found["nvidia_gpus"]}
+
+
+# Coral USB accelerator: 1a6e:089a (Global Unichip) before its firmware is loaded, 18d1:9302 (Google) after;
+# libedgetpu loads the firmware on first use and the device re-enumerates
+EDGETPU_USB = {("1a6e", "089a"): "firmware not loaded yet (libedgetpu loads it on first use)",
+               ("18d1", "9302"): "firmware loaded"}
+CORAL_PCI = ("0x1ac1", "0x089a")
+
+
+def _coral_usb(p: Probe) -> list[dict]:
     found = []
-    usb = root / "sys" / "bus" / "usb" / "devices"
-    if usb.is_dir():
-        for dev in sorted(usb.iterdir()):
-            ids = (_read(dev, "idVendor").strip(), _read(dev, "idProduct").strip())
-            if ids in _EDGETPU_USB:
-                found.append({"type": "usb", "path": dev.name, "id": ":".join(ids)})
-    dev_dir = root / "dev"
-    if dev_dir.is_dir():
-        found += [{"type": "pci", "path": f"/dev/{p.name}"} for p in sorted(dev_dir.glob("apex_[0-9]*"))]
+    for dev in p.listdir("sys/bus/usb/devices"):
+        base = f"sys/bus/usb/devices/{dev}"
+        ids = (p.read(f"{base}/idVendor").strip(), p.read(f"{base}/idProduct").strip())
+        if ids in EDGETPU_USB:
+            speed = p.read(f"{base}/speed").strip()
+            found.append({"path": dev, "id": ":".join(ids), "firmware_loaded": ids == ("18d1", "9302"),
+                          "state": EDGETPU_USB[ids],
+                          "speed_mbps": int(float(speed)) if speed.replace(".", "", 1).isdigit() else None})
     return found
 
 
-def detect(root: str | os.PathLike = "/", *, system: str | None = None, machine: str | None = None) -> dict:
-    root = Path(root)
+def _edgetpus(p: Probe) -> list[dict]:
+    found = [{"type": "usb", "path": d["path"], "id": d["id"]} for d in _coral_usb(p)]
+    return found + [{"type": "pci", "path": f"/dev/{n}"} for n in p.listdir("dev") if re.fullmatch(r"apex_\d+", n)]
+
+
+def _coral(p: Probe) -> dict | None:
+    """Details the backend does not need: USB firmware state and link speed, PCIe cards without a driver."""
+    usb = _coral_usb(p)
+    has_apex = any(t["type"] == "pci" for t in p.found["edgetpus"])
+    orphans = [] if has_apex else [
+        d for d in p.listdir("sys/bus/pci/devices")
+        if p.read(f"sys/bus/pci/devices/{d}/vendor", 16).strip() == CORAL_PCI[0]
+        and p.read(f"sys/bus/pci/devices/{d}/device", 16).strip() == CORAL_PCI[1]]
+    if not (usb or has_apex or orphans):
+        return None
+    return {"usb": usb, "pcie": [t["path"] for t in p.found["edgetpus"] if t["type"] == "pci"],
+            "pcie_without_driver": orphans}
+
+
+# key -> probe, in order (later probes may read earlier results from ``Probe.found``)
+PROBES: tuple[tuple[str, Callable[[Probe], object]], ...] = (
+    ("cpu", _cpu),
+    ("apple_silicon", _apple_silicon),
+    ("apple", _apple),
+    ("packages", lambda p: packages_present(p.python_path)),
+    ("onnxruntime", lambda p: onnxruntime_build(p.python_path)),
+    ("libraries", lambda p: vendor_libraries(p.root, p.env)),
+    ("board", _board),
+    ("jetson", _jetson),
+    ("nvidia_gpus", _nvidia_gpus),
+    ("nvidia", _nvidia),
+    ("edgetpus", _edgetpus),
+    ("coral", _coral),
+)
+
+
+def detect(root: str | os.PathLike = "/", *, system: str | None = None, machine: str | None = None,
+           sysctl: Callable[[str], object] | dict | None = None, python_path: list | None = None,
+           env: dict | None = None) -> dict:
+    """Probe the machine under ``root``. ``sysctl`` (a dict or a callable) replaces macOS's
+    sysctl lookup, ``python_path`` the folders searched for packages, ``env`` the environment
+    (``LD_LIBRARY_PATH``); each defaults to the real thing."""
     system = system or platform.system()
-    machine = machine or platform.machine()
-    nvidia = sorted(p.name for p in (root / "dev").glob("nvidia[0-9]*")) if (root / "dev").is_dir() else []
-    return {
-        "system": system,
-        "machine": machine,
-        "cpu": _cpu(root, machine),
-        "nvidia_gpus": nvidia,
-        "edgetpus": edgetpus(root),
-        "packages": packages_present(),
-    }
+    if isinstance(sysctl, dict):
+        sysctl = sysctl.get
+    if sysctl is None:
+        sysctl = darwin_sysctl if system == "Darwin" and Path(root) == Path("/") else _no_sysctl
+    p = Probe(Path(root), system, machine or platform.machine(), sysctl, python_path, env)
+    p.found.update(system=p.system, machine=p.machine)
+    for key, probe in PROBES:
+        p.found[key] = probe(p)
+    return dict(p.found)
 
 
 @lru_cache(maxsize=1)
 def detect_cached() -> dict:
     return detect()
+
+
+def has_nvidia_gpu(hardware: dict) -> bool:
+    """A discrete NVIDIA GPU (device nodes) or a Jetson's integrated one."""
+    return bool(hardware.get("nvidia_gpus") or hardware.get("jetson"))
+
+
+def edgetpus(root) -> list[dict]:
+    """Edge TPUs under ``root`` (kept for callers of the first probe)."""
+    return detect(root)["edgetpus"]

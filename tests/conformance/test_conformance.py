@@ -1,6 +1,7 @@
 """One conformance suite; every device backend runs all of it."""
 
 import json
+import logging
 import threading
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import edge_runtime as er
 from edge_runtime.devices import registry
 from edge_runtime.devices.base import Backend, Session
+from edge_runtime.selection import choose, same_device
 
 from .cases import CASES
 
@@ -132,3 +134,36 @@ def test_close_is_idempotent_and_final(case):
     with pytest.raises(er.InferenceRuntimeError) as ei:
         rt.infer(inputs[0])
     assert ei.value.code == "runtime_closed"
+
+
+# -- selection and strict mode ------------------------------------------------
+def test_choice_is_in_the_candidate_table_and_kept_by_the_session(case):
+    device, rt, _ = case
+    info = rt.info()
+    (chosen,) = [c for c in info["candidates"] if c["chosen"]]
+    assert chosen["backend"] == info["backend"] == device and chosen["forced"] and chosen["score"] > 0
+    assert chosen["target"] == info["target"] and chosen["reason"] == info["device_reason"]
+    assert same_device(chosen["device"], info["device"])       # the session runs where its backend promised
+    auto = choose(rt.artifact.variants, rt.hardware)             # auto takes the table's best score
+    assert auto.suitability.score == max(c["score"] for c in auto.candidates) and auto.fallback is None
+
+
+def test_impossible_sub_device_under_strict_raises(case):
+    device, rt, _ = case
+    with pytest.raises(er.DeviceError) as ei:
+        er.load(rt.artifact.root, device=f"{device}:no-such-device", strict=True)
+    assert ei.value.code == "device_unavailable" and "no-such-device" in ei.value.message
+
+
+def test_impossible_sub_device_falls_back_and_says_why(case, caplog):
+    device, rt, inputs = case
+    bad = f"{device}:no-such-device"
+    with caplog.at_level(logging.WARNING, logger="edge_runtime"):
+        with er.load(rt.artifact.root, device=bad, warmup=False) as fb:
+            info = fb.info()
+            res = fb.infer(inputs[0])
+    assert info["fallback"].startswith(f"requested {bad!r} is unavailable")
+    assert res.device == fb.device == info["device"] and not res.device.endswith("no-such-device")
+    (chosen,) = [c for c in info["candidates"] if c["chosen"]]
+    assert chosen["score"] > 0 and not chosen["forced"] and same_device(chosen["device"], res.device)
+    assert [r for r in caplog.records if bad in r.getMessage()], "the fallback must be logged"

@@ -1,0 +1,177 @@
+"""``edge-infer devices`` and ``edge-infer doctor``.
+
+- ``devices [--json] [--artifact DIR] [--device D]``: the hardware found, the
+  backend packages present, every backend's score per target and, for an
+  artifact, the full candidate table: which variant and device would be
+  chosen and why (nothing is loaded or run).
+- ``doctor [--json]``: for the hardware found, what is missing and the exact
+  install step (printed, never run). ``devices`` exits 4 when the artifact could not
+  run with the device asked for. ``doctor`` exits 1 when an accelerator here goes
+  unused for want of something installable, else 0.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from . import hardware as hw_probe
+from .cli_common import _guard
+from .errors import DeviceError, EdgeRuntimeError
+
+
+def hardware_lines(hw: dict) -> list[str]:
+    cpu = hw["cpu"]
+    lines = [f"system: {hw['system']} {hw['machine']}" + (" (Apple Silicon)" if hw.get("apple_silicon") else ""),
+             f"cpu: {cpu['model'] or '?'} ({cpu['vendor'] or '?'}), {cpu['cores']} cores; int8-relevant features: "
+             f"{', '.join(cpu['features']) or 'none'}; int8 dot product (VNNI/AMX/dotprod): "
+             f"{'yes' if cpu['int8_dot'] else 'no'}"]
+    if hw.get("apple"):
+        lines.append(f"apple: {hw['apple']['chip'] or '?'}" + (" (this Python runs under Rosetta)"
+                                                              if hw["apple"]["rosetta"] else ""))
+    if hw.get("board"):
+        lines.append(f"board: {hw['board']['model']} ({hw['board']['kind']})")
+    j = hw.get("jetson")
+    if j:
+        lines.append(f"jetson: {j['model']}, L4T {j['l4t'] or '?'} (JetPack {j['jetpack'] or '?'}), SoC "
+                     f"{j['soc'] or '?'}; onnxruntime: {j['onnxruntime'] or 'not installed'}"
+                     f"{' with CUDA/TensorRT' if j['onnxruntime_gpu'] else ' (CPU only: the GPU is unused)'}")
+    nv = hw.get("nvidia")
+    if nv and not nv["integrated"]:
+        lines.append(f"nvidia: {', '.join(nv['gpus']) or ', '.join(nv['device_nodes'])}; driver {nv['driver'] or '?'}")
+    tpus = hw.get("edgetpus") or []
+    coral = hw.get("coral") or {}
+    usb = {d["path"]: d for d in coral.get("usb") or []}
+    desc = []
+    for t in tpus:
+        d = usb.get(t["path"], {})
+        extra = [x for x in (d.get("state"), f"{d['speed_mbps']} Mb/s" if d.get("speed_mbps") else None) if x]
+        desc.append(f"{t['type']} {t.get('id', '')} {t['path']}".replace("  ", " ") + (f" ({', '.join(extra)})"
+                                                                                       if extra else ""))
+    desc += [f"pci {a} (no driver: no /dev/apex_N)" for a in coral.get("pcie_without_driver") or []]
+    lines.append(f"edge tpus: {'; '.join(desc) or 'none'}")
+    ort = hw.get("onnxruntime")
+    pk = hw["packages"]
+    lines.append("packages: " + ", ".join(
+        (f"onnxruntime ({ort['distribution']} {ort['version']}: {', '.join(ort['providers'])})"
+         if name == "onnxruntime" and ort else name) for name, ok in pk.items() if ok)
+        + "; absent: " + (", ".join(name for name, ok in pk.items() if not ok) or "none"))
+    libs = hw.get("libraries") or {}
+    lines.append("vendor libraries: " + ", ".join(f"{k} {v or 'absent'}" for k, v in libs.items()))
+    return lines
+
+
+def backend_scores(hw: dict) -> dict:
+    from .devices import registry
+
+    out = {}
+    for name in registry.available_backends():
+        try:
+            b = registry.get_backend(name)
+            out[name] = {"targets": list(b.targets),
+                         "suitability": {t: vars(b.suitability(t, hw)) for t in b.targets}}
+        except EdgeRuntimeError as exc:
+            out[name] = {"error": exc.message}
+    return out
+
+
+def artifact_choice(path, hw: dict, device: str = "auto", strict: bool = False) -> dict:
+    """Which variant and device ``load(path, device)`` would pick here, and the full candidate table."""
+    from .artifact import load_artifact
+    from .selection import choose, rank, table
+
+    art = load_artifact(path, verify=False)
+    out = {"path": str(path), "model": art.name, "version": art.version, "targets": art.targets(),
+           "device": device, "strict": strict, "chosen": None, "fallback": None, "error": None}
+    rows = rank(art.variants, hw, device)
+    try:
+        c = choose(art.variants, hw, device=device, strict=strict)
+    except DeviceError as exc:
+        out.update(error=exc.to_dict(), candidates=table(rows))
+        return out
+    out.update(chosen={"target": c.variant["target"], "backend": c.backend_name, "device": c.suitability.device,
+                       "score": c.suitability.score, "reason": c.suitability.reason},
+               fallback=c.fallback, candidates=c.candidates)
+    return out
+
+
+def _print_devices(d: dict) -> None:
+    for line in hardware_lines(d["hardware"]):
+        click.echo(line)
+    click.echo("backends (score per target; 0 = cannot run here):")
+    for name, b in d["backends"].items():
+        if "error" in b:
+            click.echo(f"  {name}: {b['error']}")
+        for t, s in b.get("suitability", {}).items():
+            click.echo(f"  {name:<14} {t:<12} {s['score']:>3}  {s['device']}: {s['reason']}")
+    a = d.get("artifact")
+    if a:
+        click.echo(f"artifact {a['path']} ({a['model']} v{a['version']}; variants {', '.join(a['targets'])}), "
+                   f"device {a['device']}{' (strict)' if a['strict'] else ''}:")
+        if a["chosen"]:
+            c = a["chosen"]
+            click.echo(f"  would run: {c['target']} on {c['device']} (score {c['score']}): {c['reason']}")
+        else:
+            click.echo(f"  would fail: [{a['error']['code']}] {a['error']['message']}")
+        if a["fallback"]:
+            click.echo(f"  fallback: {a['fallback']}")
+        click.echo("  candidates:")
+        for r in sorted(a["candidates"], key=lambda r: -r["score"]):
+            mark = "*" if r["chosen"] else ("!" if r["forced"] else " ")
+            click.echo(f"  {mark} {r['target']:<12} {r['backend']:<14} {r['score']:>3}  {r['device']}: {r['reason']}")
+
+
+@click.command()
+@click.option("--artifact", type=click.Path(), help="Also show which variant and device this artifact would use, and why.")
+@click.option("--device", default="auto", show_default=True, help="With --artifact: the device to ask for.")
+@click.option("--require-device", is_flag=True, help="With --artifact: as `infer --require-device` (no fallback).")
+@click.option("--json", "as_json", is_flag=True)
+@_guard
+def devices(artifact, device, require_device, as_json):
+    """Hardware found, backend packages present, and (with --artifact) the device choice and why."""
+    hw = hw_probe.detect()
+    data = {"hardware": hw, "backends": backend_scores(hw)}
+    if artifact:
+        data["artifact"] = artifact_choice(artifact, hw, device, require_device)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        _print_devices(data)
+    if artifact and data["artifact"]["error"]:     # as `infer` would: exit 4, the device error
+        sys.stdout.flush()
+        click.get_current_context().exit(DeviceError.exit_code)
+
+
+def _print_doctor(hw: dict, rep: dict) -> None:
+    for line in hardware_lines(hw):
+        click.echo(line)
+    if not rep["findings"]:
+        click.echo("doctor: nothing missing for the hardware found")
+    for f in rep["findings"]:
+        click.echo(f"\n{f['level'].upper()}: {f['found']}: {f['problem']}")
+        if f["fix"]:
+            click.echo("  install (not run; copy and run it yourself):")
+            for line in f["fix"].splitlines():
+                click.echo(f"    {line}")
+        if f["docs"]:
+            click.echo(f"  docs: {f['docs']}")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@_guard
+def doctor(as_json):
+    """What is missing for the hardware found, with the exact install step (printed, never run)."""
+    from .doctor import diagnose
+
+    hw = hw_probe.detect()
+    rep = diagnose(hw)
+    if as_json:
+        click.echo(json.dumps({"hardware": hw, **rep}, indent=2, default=str))
+    else:
+        _print_doctor(hw, rep)
+    sys.stdout.flush()
+    if not rep["ok"]:
+        click.get_current_context().exit(1)

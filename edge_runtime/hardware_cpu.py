@@ -1,0 +1,105 @@
+"""CPU vendor, model, cores and int8-relevant ISA features, as the OS reports them.
+
+Linux: ``/proc/cpuinfo`` (x86 ``flags``, ARM ``Features`` and the
+implementer/part codes). macOS: ``sysctl`` values (``machdep.cpu.brand_string``,
+``hw.optional.*``), read through an injectable lookup so tests need no Mac.
+Nothing here imports an ML framework or starts a process.
+"""
+
+from __future__ import annotations
+
+import os
+
+# what the OS calls a feature -> our name (only the ones that matter for int8 inference)
+LINUX_FLAGS = {
+    "avx2": "avx2", "avx512f": "avx512f", "avx512_vnni": "avx512_vnni", "avx_vnni": "avx_vnni",
+    "avx512_bf16": "avx512_bf16", "amx_tile": "amx_tile", "amx_int8": "amx_int8", "amx_bf16": "amx_bf16",
+    "asimd": "neon", "neon": "neon", "asimddp": "dotprod", "i8mm": "i8mm", "sve": "sve", "sve2": "sve2",
+    "bf16": "bf16",
+}
+DARWIN_SYSCTL_FLAGS = {
+    "hw.optional.neon": "neon", "hw.optional.arm.FEAT_DotProd": "dotprod", "hw.optional.arm.FEAT_I8MM": "i8mm",
+    "hw.optional.arm.FEAT_BF16": "bf16", "hw.optional.avx2_0": "avx2", "hw.optional.avx512f": "avx512f",
+}
+INT8_DOT = ("avx512_vnni", "avx_vnni", "amx_int8", "dotprod", "i8mm")
+FEATURE_ORDER = tuple(dict.fromkeys(list(LINUX_FLAGS.values()) + list(DARWIN_SYSCTL_FLAGS.values())))
+
+# ARM "CPU implementer" / "CPU part" codes (the Linux kernel prints these instead of a model name)
+ARM_IMPLEMENTERS = {"0x41": "ARM", "0x42": "Broadcom", "0x48": "HiSilicon", "0x4e": "NVIDIA", "0x51": "Qualcomm",
+                    "0x61": "Apple", "0xc0": "Ampere"}
+ARM_PARTS = {"0xd03": "Cortex-A53", "0xd04": "Cortex-A35", "0xd05": "Cortex-A55", "0xd07": "Cortex-A57",
+             "0xd08": "Cortex-A72", "0xd09": "Cortex-A73", "0xd0a": "Cortex-A75", "0xd0b": "Cortex-A76",
+             "0xd0c": "Neoverse-N1", "0xd0d": "Cortex-A77", "0xd40": "Neoverse-V1", "0xd41": "Cortex-A78",
+             "0xd42": "Cortex-A78AE", "0xd4f": "Neoverse-V2", "0x004": "Carmel"}
+
+
+def _features(found: set[str]) -> list[str]:
+    return [f for f in FEATURE_ORDER if f in found]
+
+
+def linux_cpu(cpuinfo: str, machine: str) -> dict:
+    fields: dict[str, str] = {}
+    flags: set[str] = set()
+    processors = 0
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key, value = key.strip(), value.strip()
+        if key == "processor":
+            processors += 1
+        elif key in ("flags", "Features") and not flags:
+            flags = set(value.split())
+        else:
+            fields.setdefault(key, value)
+    found = {LINUX_FLAGS[f] for f in flags if f in LINUX_FLAGS}
+    if machine in ("aarch64", "arm64"):
+        found.add("neon")       # Advanced SIMD is mandatory on AArch64
+    vendor = fields.get("vendor_id") or ARM_IMPLEMENTERS.get(fields.get("CPU implementer", "").lower(), "")
+    model = fields.get("model name") or ""
+    if not model and fields.get("CPU part"):
+        part = fields["CPU part"].lower()
+        model = " ".join(x for x in (vendor, ARM_PARTS.get(part, f"part {part}")) if x)
+    return _record(vendor, model, processors or os.cpu_count() or 1, found)
+
+
+def darwin_cpu(sysctl, machine: str) -> dict:
+    found = {name for key, name in DARWIN_SYSCTL_FLAGS.items() if str(sysctl(key) or "0") not in ("0", "")}
+    x86 = " ".join(str(sysctl(k) or "") for k in ("machdep.cpu.features", "machdep.cpu.leaf7_features")).lower()
+    found |= {LINUX_FLAGS[f] for f in x86.replace("avx512vnni", "avx512_vnni").split() if f in LINUX_FLAGS}
+    if machine == "arm64":
+        found.add("neon")
+    brand = str(sysctl("machdep.cpu.brand_string") or "")
+    vendor = "Apple" if brand.startswith("Apple") or machine == "arm64" else str(sysctl("machdep.cpu.vendor") or "")
+    cores = int(sysctl("hw.ncpu") or os.cpu_count() or 1)
+    return _record(vendor, brand, cores, found)
+
+
+def _record(vendor: str, model: str, cores: int, found: set[str]) -> dict:
+    features = _features(found)
+    return {"vendor": vendor, "model": model, "cores": int(cores), "features": features,
+            "int8_dot": any(f in found for f in INT8_DOT)}
+
+
+_INT_SYSCTLS = ("hw.optional.", "hw.ncpu", "sysctl.proc_translated")
+
+
+def darwin_sysctl(name: str):
+    """``sysctlbyname`` through libc (no subprocess); None when the name does not exist.
+
+    Not exercised on a Mac in this project's tests: they inject a dict lookup instead.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    size = ctypes.c_size_t(0)
+    key = name.encode()
+    if libc.sysctlbyname(key, None, ctypes.byref(size), None, 0) != 0 or not size.value:
+        return None
+    buf = ctypes.create_string_buffer(size.value)
+    if libc.sysctlbyname(key, buf, ctypes.byref(size), None, 0) != 0:
+        return None
+    raw = buf.raw[:size.value]
+    if name.startswith(_INT_SYSCTLS):
+        return int.from_bytes(raw, "little")
+    return raw.rstrip(b"\0").decode("utf-8", "replace")
