@@ -1,4 +1,4 @@
-"""``edge-infer``: convert, infer, eval, inspect, devices.
+"""``edge-infer``: convert, infer, eval, inspect, import, check, devices, doctor.
 
 Exit codes: 0 ok, 1 unexpected, 2 input (the caller's), 3 artifact,
 4 device, 5 timeout, 6 runtime failure, 7 parity under budget. Errors print
@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from .cli_common import _guard
-from .errors import EdgeRuntimeError, InputError
+from .errors import InputError
 from .limits import DEFAULT_LIMITS, json_depth
 
 
@@ -132,17 +132,18 @@ def infer(artifact, text, image, input_file, device, require_device, device_opti
 @click.argument("artifact", type=click.Path())
 @click.argument("data", type=click.Path())
 @click.option("--device", default="auto", show_default=True)
+@click.option("--require-device", is_flag=True, help="Fail instead of falling back to another device.")
 @click.option("--device-option", "device_option", multiple=True, help=_DEVICE_OPTION_HELP)
 @click.option("--limit", type=int, help="Use the first N samples only.")
 @click.option("--min-accuracy", type=float, help="Exit 1 when accuracy is below this.")
 @click.option("--json", "as_json", is_flag=True)
 @_guard
-def eval_cmd(artifact, data, device, device_option, limit, min_accuracy, as_json):
+def eval_cmd(artifact, data, device, require_device, device_option, limit, min_accuracy, as_json):
     """Accuracy and latency of ARTIFACT on labelled DATA (image folder or TSV)."""
     from .evaluate import evaluate
     from .runtime import load
 
-    with load(artifact, device=device, device_options=_device_options(device_option)) as rt:
+    with load(artifact, device=device, strict=require_device, device_options=_device_options(device_option)) as rt:
         rep = evaluate(rt, data, limit=limit)
 
     def human(d):
@@ -189,37 +190,6 @@ def inspect(artifact, as_json):
     _emit(data, as_json, human)
 
 
-@main.command()
-@click.option("--json", "as_json", is_flag=True)
-@_guard
-def devices(as_json):
-    """Hardware found and the device backends present."""
-    from .devices import registry
-    from .hardware import detect
-
-    hw = detect()
-    backends = {}
-    for name in registry.available_backends():
-        try:
-            b = registry.get_backend(name)
-            backends[name] = {"targets": list(b.targets),
-                              "suitability": {t: vars(b.suitability(t, hw)) for t in b.targets}}
-        except EdgeRuntimeError as exc:
-            backends[name] = {"error": exc.message}
-    data = {"hardware": hw, "backends": backends}
-
-    def human(d):
-        cpu = d["hardware"]["cpu"]
-        click.echo(f"{d['hardware']['system']} {d['hardware']['machine']}: {cpu['model'] or cpu['vendor']} "
-                   f"({cpu['cores']} cores; {', '.join(cpu['features']) or 'no'} int8-relevant features)")
-        click.echo("packages: " + ", ".join(f"{k}{'' if v else ' (absent)'}" for k, v in d["hardware"]["packages"].items()))
-        for name, b in d["backends"].items():
-            for t, s in b.get("suitability", {}).items():
-                click.echo(f"  {name} / {t}: score {s['score']} on {s['device']}: {s['reason']}")
-
-    _emit(data, as_json, human)
-
-
 from .cli_convert import convert  # noqa: E402  (registers the command)
 
 main.add_command(convert)
@@ -227,6 +197,13 @@ from .cli_import import import_cmd  # noqa: E402
 main.add_command(import_cmd)
 from .cli_check import check  # noqa: E402
 main.add_command(check)
+from .cli_devices import devices, doctor  # noqa: E402
+main.add_command(devices)
+main.add_command(doctor)
+from .cli_score import score_cmd  # noqa: E402
+main.add_command(score_cmd)
+from .cli_bench import bench_cmd  # noqa: E402
+main.add_command(bench_cmd)
 
 if __name__ == "__main__":
     main()

@@ -21,6 +21,7 @@ class InferenceResult:
     trace_id: str
     bucket: str                          # static-shape bucket used, e.g. "seq64"
     truncated: bool = False              # input longer than the largest bucket
+    input_length: int | None = None      # tokens before truncation / decoded pixels (the drift signal)
     outputs: dict[str, np.ndarray] | None = field(default=None, repr=False)  # tensors task
 
     def to_dict(self) -> dict:
@@ -36,6 +37,7 @@ class InferenceResult:
             "trace_id": self.trace_id,
             "bucket": self.bucket,
             "truncated": bool(self.truncated),
+            "input_length": None if self.input_length is None else int(self.input_length),
         }
         if self.outputs is not None:
             out["outputs"] = {

@@ -23,8 +23,9 @@ from . import hardware as hw
 from .artifact import load_artifact, variant_files, verify_files
 from .errors import (DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout, InputError)
 from .limits import DEFAULT_LIMITS, Limits
+from .metrics import RuntimeMetrics
 from .result import InferenceResult
-from .selection import choose
+from .selection import choose, session_fallback
 from .watchdog import WATCHDOG
 
 log = logging.getLogger("edge_runtime")
@@ -33,15 +34,20 @@ _logged_fallbacks: set[str] = set()
 
 def load(path, device: str = "auto", *, strict: bool = False, target: str | None = None,
          limits: dict | None = None, device_options: dict | None = None, warmup: bool = True,
-         hardware: dict | None = None, workers: int = 4) -> "Runtime":
-    """Verify the artifact, pick variant and device, load every bucket, warm up."""
+         hardware: dict | None = None, workers: int = 4, isolate: bool = False) -> "Runtime":
+    """Verify the artifact, pick variant and device, load every bucket, warm up.
+
+    ``isolate=True`` runs the backend in a child process (``edge_runtime.isolate``):
+    a native crash becomes an ``InferenceRuntimeError`` and the worker restarts.
+    """
     return Runtime(path, device=device, strict=strict, target=target, limits=limits,
-                   device_options=device_options, warmup=warmup, hardware=hardware, workers=workers)
+                   device_options=device_options, warmup=warmup, hardware=hardware, workers=workers,
+                   isolate=isolate)
 
 
 class Runtime:
     def __init__(self, path, *, device="auto", strict=False, target=None, limits=None, device_options=None,
-                 warmup=True, hardware=None, workers=4):
+                 warmup=True, hardware=None, workers=4, isolate=False):
         t0 = time.perf_counter()
         self.artifact = load_artifact(path, verify=False)
         man = self.artifact.manifest
@@ -54,11 +60,6 @@ class Runtime:
         verify_files(self.artifact, self.verified_files)
         self.artifact.verified = True
         self.artifact.verify_ms = (time.perf_counter() - t_verify) * 1000
-        if self.choice.fallback:
-            msg = f"{self.artifact.root}: {self.choice.fallback}; using {self.choice.suitability.device}"
-            if msg not in _logged_fallbacks:
-                _logged_fallbacks.add(msg)
-                log.warning(msg)
         self.variant = self.choice.variant
         self.limits: Limits = DEFAULT_LIMITS.merged(man.get("limits"), source="manifest").merged(limits)
         self.task = get_task(man["task"])(man, self.artifact.read_bytes, self.variant["buckets"])
@@ -70,8 +71,16 @@ class Runtime:
         if set(device_options or {}) & set(recorded):
             recorded.pop("why", None)      # the caller overrides the recorded choice
         self.device_options = {**recorded, **(device_options or {})}
+        self.isolated = bool(isolate)
         try:
-            for bucket in self.variant["buckets"]:
+            if isolate:
+                from .isolate import IsolatedWorker
+
+                worker = IsolatedWorker(self.choice.backend_name,
+                                        [(str(self.artifact.path(b["file"])), b) for b in self.variant["buckets"]],
+                                        sub, dict(self.device_options))
+                self._sessions = worker.sessions()
+            for bucket in ([] if isolate else self.variant["buckets"]):
                 try:
                     sess = backend.load(self.artifact.path(bucket["file"]), bucket, sub, dict(self.device_options))
                 except EdgeRuntimeError:
@@ -80,10 +89,22 @@ class Runtime:
                     raise DeviceError(f"{self.choice.backend_name} could not load {bucket['file']}: {exc}",
                                       code="device_load_failed") from exc
                 self._sessions.append(sess)
+            dropped = session_fallback(self.choice, self._sessions, strict)   # DeviceError under strict
         except BaseException:
             self._close_sessions()
             raise
         self.device = self._sessions[0].device
+        if dropped:
+            self.choice.fallback = "; ".join(x for x in (self.choice.fallback, dropped) if x)
+        if self.choice.fallback:
+            msg = f"{self.artifact.root}: {self.choice.fallback}; using {self.device}"
+            if msg not in _logged_fallbacks:
+                _logged_fallbacks.add(msg)
+                log.warning(msg)
+        self._metrics = RuntimeMetrics({"model": self.artifact.name, "version": self.artifact.version,
+                                        "task": man["task"], "target": self.variant["target"], "device": self.device})
+        if self.choice.fallback:
+            self._metrics.fallback(self.choice.fallback)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edge-infer")
         self._closed = False
         self._lock = threading.Lock()
@@ -91,6 +112,7 @@ class Runtime:
         self.warmup_ms: dict[str, float] = {}
         if warmup:
             self._warm_up()
+            self._metrics.reset()       # the warm-up call is not traffic
 
     # -- lifecycle ---------------------------------------------------------
     def _warm_up(self):
@@ -139,8 +161,24 @@ class Runtime:
               trace_id: str | None = None) -> InferenceResult:
         t0 = time.perf_counter()
         lim = self.limits if limits is None else self.limits.merged(limits)
-        deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
-        return self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, trace_id)
+        try:
+            deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
+            return self._observe(self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, trace_id))
+        except EdgeRuntimeError as exc:
+            self._metrics.error(exc)
+            raise
+
+    def _observe(self, res):
+        if isinstance(res, EdgeRuntimeError):
+            self._metrics.error(res)
+        else:
+            self._metrics.ok(res.bucket, res.latency_ms, res.input_length, res.truncated)
+        return res
+
+    def metrics(self) -> dict:
+        """Latency histograms per bucket, input lengths, error counts, fallbacks (a snapshot);
+        ``edge_runtime.metrics.prometheus_text(rt.metrics())`` renders it for a scrape."""
+        return self._metrics.snapshot()
 
     def infer_batch(self, items, *, deadline_ms: int | None = None, limits: dict | None = None) -> list:
         """One ``InferenceResult`` or ``EdgeRuntimeError`` per item, in input order.
@@ -150,9 +188,20 @@ class Runtime:
         requests at once (``run_many``: OpenVINO's THROUGHPUT queue) get the
         whole batch, bounded by ``deadline × items`` per bucket group.
         """
+        try:
+            results = self._batch(items, deadline_ms, limits)
+        except EdgeRuntimeError as exc:       # the batch as a whole was refused
+            self._metrics.error(exc)
+            raise
+        return [self._observe(r) for r in results]
+
+    def _batch(self, items, deadline_ms, limits) -> list:
         lim = self.limits if limits is None else self.limits.merged(limits)
-        if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__len__"):
-            raise InputError("infer_batch takes a list of inputs", code="input_wrong_type")
+        if isinstance(items, np.ndarray) and items.ndim > 0:
+            items = list(items)                  # a stacked array: one item per leading index
+        if not isinstance(items, (list, tuple)):
+            raise InputError(f"infer_batch takes a list of inputs, not {type(items).__name__}",
+                             code="input_wrong_type")
         if len(items) > lim.max_batch_items:
             raise InputError(f"batch has {len(items)} items, over the limit of {lim.max_batch_items}",
                              code="input_batch_too_large", limit=lim.max_batch_items)
@@ -207,7 +256,7 @@ class Runtime:
             latency_ms=(time.perf_counter() - t0) * 1000, device=self.device, target=self.variant["target"],
             model=self.artifact.name, version=self.artifact.version, trace_id=trace_id or uuid.uuid4().hex,
             bucket=self.variant["buckets"][prepared.bucket]["name"], truncated=prepared.truncated,
-            outputs=res.outputs,
+            input_length=prepared.length, outputs=res.outputs,
         )
 
     def _finish(self, outputs, prepared):
@@ -261,7 +310,8 @@ class Runtime:
     def _fail(self, exc, prepared):
         return InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "
                                      f"{self.variant['buckets'][prepared.bucket]['name']}: {type(exc).__name__}: {exc}",
-                                     device=self.device, variant=self.variant["target"])
+                                     device=self.device, variant=self.variant["target"],
+                                     code="backend_crashed" if type(exc).__name__ == "WorkerDied" else None)
 
     def _timeout(self, deadline):
         return InferenceTimeout(f"{self.device} did not answer within the {deadline} ms deadline",
@@ -308,6 +358,7 @@ class Runtime:
             "task": man["task"],
             "target": self.variant["target"],
             "backend": self.choice.backend_name,
+            "isolated": self.isolated,
             "device": self.device,
             "device_reason": self.choice.suitability.reason,
             "fallback": self.choice.fallback,

@@ -107,8 +107,10 @@ def top_k_scores(probs: np.ndarray, labels: list[str], k: int | None) -> tuple[s
     order = np.argsort(-probs, kind="stable")
     if k:
         order = order[:k]
-    scores = {labels[i]: float(probs[i]) for i in order}
-    return labels[int(order[0])], scores
+    values = probs.tolist()              # python floats/ints: indexing numpy scalars one by one is slow
+    order = order.tolist()
+    scores = {labels[i]: float(values[i]) for i in order}
+    return labels[order[0]], scores
 
 
 def classification_parity(reference: list[TaskOutput], candidate: list[TaskOutput]) -> dict:

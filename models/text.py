@@ -111,6 +111,8 @@ class TextTask(Task):
             tt = np.zeros((1, length), dtype=dtype)
             tt[0, :n] = enc.type_ids
             feeds[name] = tt
+        if truncated:   # the drift signal counts what was cut off too (content tokens of the overflow)
+            n += sum(sum(1 for m in o.special_tokens_mask if not m) for o in enc.overflowing)
         return Prepared(bucket=idx, feeds=feeds, truncated=truncated, length=n)
 
     def mask_of(self, prepared: Prepared) -> np.ndarray:

@@ -1,0 +1,100 @@
+"""The raw backends ``edge-infer bench`` compares against: the vendor API
+called directly on the artifact's own model file, configured as our backend
+configures it by default (same threads, same hints).
+
+A raw runner has ``run(feeds) -> outputs`` and ``run_async(list of feeds)``
+(the vendor's own throughput path where it has one). Only backends with an
+entry here get raw figures; the rest are reported as "no raw runner".
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+
+class OrtRaw:
+    def __init__(self, path: str, options: dict):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.inter_op_num_threads = 1
+        if options.get("threads"):
+            so.intra_op_num_threads = int(options["threads"])
+        self.sess = ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+        self.outputs = [o.name for o in self.sess.get_outputs()]
+
+    def run(self, feeds):
+        return self.sess.run(self.outputs, feeds)
+
+    def run_async(self, feeds_list, concurrency: int = 2):
+        with ThreadPoolExecutor(concurrency) as pool:       # InferenceSession.run is thread-safe
+            return list(pool.map(self.run, feeds_list))
+
+
+class OvRaw:
+    def __init__(self, path: str, options: dict):
+        import openvino as ov
+
+        self.core = ov.Core()
+        precision = options.get("precision", "f32")
+        self.latency = self.core.compile_model(path, "CPU", {"PERFORMANCE_HINT": "LATENCY",
+                                                             "INFERENCE_PRECISION_HINT": precision})
+        self.request = self.latency.create_infer_request()
+        self._path, self._precision, self._tp = path, precision, None
+
+    def run(self, feeds):
+        return self.request.infer(feeds)
+
+    def run_async(self, feeds_list, concurrency: int = 2):
+        import openvino as ov
+
+        if self._tp is None:
+            compiled = self.core.compile_model(self._path, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT",
+                                                                   "INFERENCE_PRECISION_HINT": self._precision})
+            self._tp = ov.AsyncInferQueue(compiled)
+        out = [None] * len(feeds_list)
+
+        def done(req, i):
+            out[i] = req.get_output_tensor(0).data.copy()
+
+        self._tp.set_callback(done)
+        for i, feeds in enumerate(feeds_list):
+            self._tp.start_async(feeds, userdata=i, share_inputs=True)
+        self._tp.wait_all()
+        return out
+
+
+class TfliteRaw:
+    def __init__(self, path: str, options: dict):
+        from ai_edge_litert.interpreter import Interpreter
+
+        threads = int(options.get("threads") or os.environ.get("EDGE_RUNTIME_THREADS") or os.cpu_count() or 1)
+        self.interp = Interpreter(model_path=path, num_threads=threads)
+        self.interp.allocate_tensors()
+        self.ins = {d["name"]: d["index"] for d in self.interp.get_input_details()}
+        self.outs = [d["index"] for d in self.interp.get_output_details()]
+        self.rename = {}
+
+    def run(self, feeds):
+        for name, arr in feeds.items():
+            self.interp.set_tensor(self.ins[self.rename.get(name, name)], arr)
+        self.interp.invoke()
+        return [self.interp.get_tensor(i).copy() for i in self.outs]
+
+    def run_async(self, feeds_list, concurrency: int = 2):
+        return [self.run(f) for f in feeds_list]      # an interpreter is single-threaded: no async path
+
+
+RAW = {"onnxruntime": OrtRaw, "openvino": OvRaw, "tflite": TfliteRaw}
+
+
+def raw_runner(backend: str, path: str, bucket: dict, options: dict):
+    cls = RAW.get(backend)
+    if cls is None:
+        return None
+    runner = cls(path, options)
+    if isinstance(runner, TfliteRaw):
+        runner.rename = dict(bucket.get("tensor_names") or {})
+    return runner

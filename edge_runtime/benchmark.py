@@ -1,0 +1,221 @@
+"""``edge-infer bench``: our runtime against the raw vendor API, same files, same inputs, one run.
+
+Figures (each a median over ``repeats`` rounds):
+
+- cold start: process start → first result, in a fresh child process (ours:
+  import, verify, load, warm up, infer; raw: import the vendor library,
+  create the session on the bucket's file, run the same feeds once);
+- peak RSS of those children after ``calls`` further calls;
+- warm latency p50/p95/p99 per bucket: ``rt.infer(input)`` against our task
+  pre-processing + the raw call (so the ratio is what the runtime layer adds);
+- throughput sync (one call after another) and async (ours: ``infer_batch``
+  from ``concurrency`` threads; raw: the vendor's throughput path, e.g.
+  OpenVINO's AsyncInferQueue).
+
+Ratios are ours / raw (latency, cold start, RSS: lower is better;
+throughput: higher is better).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from .bench_raw import raw_runner
+
+
+def bucket_samples(rt) -> list:
+    """One raw input per bucket that the task routes to that bucket."""
+    task = rt.task
+    out = []
+    for idx, bucket in enumerate(rt.variant["buckets"]):
+        if rt.artifact.task.startswith("text-"):
+            length = next((t["shape"][1] for t in bucket["inputs"]), 8)
+            sample = None
+            for k in range(max(length - 2, 1), 0, -1):
+                text = "hello " * k
+                p = task.prepare(text, rt.limits)
+                if p.bucket == idx and not p.truncated:
+                    sample = text
+                    break
+            out.append(sample)
+        elif rt.artifact.task == "tensors":
+            out.append({t["name"]: np.zeros(t["shape"], dtype=t["dtype"]) for t in bucket["inputs"]})
+        else:
+            out.append(task.warmup_sample())
+    return out
+
+
+def _percentiles(ms: list[float]) -> dict:
+    a = np.asarray(ms)
+    return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95)), "p99": float(np.percentile(a, 99))}
+
+
+def _median_of(rounds: list[dict]) -> dict:
+    return {k: round(statistics.median(r[k] for r in rounds), 4) for k in rounds[0]}
+
+
+def _ratio(a, b):
+    return round(a / b, 4) if a is not None and b else None
+
+
+def warm_latency(rt, raws, samples, calls: int, repeats: int) -> dict:
+    out = {}
+    for idx, (bucket, sample) in enumerate(zip(rt.variant["buckets"], samples)):
+        if sample is None:
+            continue
+        raw = raws[idx]
+        ours_r, raw_r = [], []
+        for rep in range(repeats):            # whole blocks, order swapped each round
+            order = [("ours", lambda: rt.infer(sample)), ("raw", lambda: raw.run(rt.task.prepare(sample, rt.limits).feeds))]
+            if raw is None:
+                order = order[:1]
+            for name, fn in (order if rep % 2 == 0 else order[::-1]):
+                times = []
+                for _ in range(calls):
+                    t0 = time.perf_counter()
+                    fn()
+                    times.append((time.perf_counter() - t0) * 1000)
+                (ours_r if name == "ours" else raw_r).append(_percentiles(times))
+        ours = _median_of(ours_r)
+        entry = {"ours_ms": ours}
+        if raw_r:
+            rawm = _median_of(raw_r)
+            entry.update(raw_ms=rawm, ratio={k: _ratio(ours[k], rawm[k]) for k in ours})
+        out[bucket["name"]] = entry
+    return out
+
+
+def throughput(rt, raws, samples, calls: int, repeats: int, batch: int, concurrency: int) -> dict:
+    idx, sample = next((i, s) for i, s in enumerate(samples) if s is not None)
+    raw = raws[idx]
+    items = [sample] * calls
+    res = {"bucket": rt.variant["buckets"][idx]["name"], "items": calls}
+    rounds: dict[str, list] = {"ours_sync": [], "ours_async": [], "raw_sync": [], "raw_async": []}
+
+    def ours_async():
+        chunks = [items[i:i + batch] for i in range(0, len(items), batch)]
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(rt.infer_batch, chunks))
+
+    def raw_async():
+        raw.run_async([rt.task.prepare(x, rt.limits).feeds for x in items], concurrency)
+
+    fns = {"ours_sync": lambda: [rt.infer(x) for x in items], "ours_async": ours_async}
+    if raw is not None:
+        fns.update(raw_sync=lambda: [raw.run(rt.task.prepare(x, rt.limits).feeds) for x in items],
+                   raw_async=raw_async)
+    fns["ours_async"]()                       # first use of the throughput path compiles it
+    if raw is not None:
+        fns["raw_async"]()
+    for rep in range(repeats):
+        names = list(fns) if rep % 2 == 0 else list(fns)[::-1]
+        for name in names:
+            t0 = time.perf_counter()
+            fns[name]()
+            rounds[name].append(calls / (time.perf_counter() - t0))
+    for name, vals in rounds.items():
+        res[name + "_per_s"] = round(statistics.median(vals), 2) if vals else None
+    res["ratio_sync"] = _ratio(res["ours_sync_per_s"], res["raw_sync_per_s"])
+    res["ratio_async"] = _ratio(res["ours_async_per_s"], res["raw_async_per_s"])
+    return res
+
+
+_CHILD = r"""
+import json, resource, sys, time
+mode, artifact, device, sample_path, calls = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+if mode == "ours":
+    import edge_runtime as er
+    sample = json.load(open(sample_path))
+    rt = er.load(artifact, device=device)
+    run = lambda: rt.infer(sample["value"])
+else:
+    import numpy as np
+    from edge_runtime.bench_raw import raw_runner
+    spec = json.load(open(sample_path))
+    feeds = {k: np.load(v) for k, v in spec["feeds"].items()}
+    raw = raw_runner(spec["backend"], spec["file"], spec["bucket"], spec["options"])
+    run = lambda: raw.run(feeds)
+run()
+print(json.dumps({"first": time.time()}), flush=True)
+for _ in range(calls):
+    run()
+print(json.dumps({"rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), flush=True)
+"""
+
+
+def _child(mode: str, artifact, device: str, sample_path: Path, calls: int) -> tuple[float, int]:
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-c", _CHILD, mode, str(artifact), device, str(sample_path), str(calls)],
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{mode} child failed: {proc.stderr.strip()[-500:]}")
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    return lines[0]["first"] - t0, lines[1]["rss_kb"]
+
+
+def cold_start(rt, samples, calls: int, repeats: int, device: str) -> dict:
+    idx, sample = next((i, s) for i, s in enumerate(samples) if s is not None)
+    bucket = rt.variant["buckets"][idx]
+    if not isinstance(sample, (str, bytes)) and rt.artifact.task != "image-classification":
+        return {"skipped": "cold start needs a text or image sample"}
+    tmp = Path(tempfile.mkdtemp(prefix="edge-bench-"))
+    value = sample if isinstance(sample, str) else str(tmp / "sample.png")
+    if isinstance(sample, bytes):
+        Path(value).write_bytes(sample)
+    (tmp / "ours.json").write_text(json.dumps({"value": value}))
+    feeds = rt.task.prepare(value, rt.limits).feeds
+    files = {}
+    for name, arr in feeds.items():
+        files[name] = str(tmp / f"{name}.npy")
+        np.save(files[name], arr)
+    (tmp / "raw.json").write_text(json.dumps({"backend": rt.choice.backend_name, "feeds": files,
+                                              "file": str(rt.artifact.path(bucket["file"])), "bucket": bucket,
+                                              "options": rt.device_options}, default=str))
+    res = {"bucket": bucket["name"]}
+    modes = ["ours", "raw"] if rt.choice.backend_name in _raw_backends() else ["ours"]
+    got = {m: [] for m in modes}
+    for rep in range(repeats):
+        for m in (modes if rep % 2 == 0 else modes[::-1]):
+            got[m].append(_child(m, rt.artifact.root, device, tmp / f"{m}.json", calls))
+    for m, vals in got.items():
+        res[f"{m}_s"] = round(statistics.median(v[0] for v in vals), 4)
+        res[f"{m}_peak_rss_mb"] = round(statistics.median(v[1] for v in vals) / 1024, 1)
+    if "raw" in got:
+        res["ratio_cold_start"] = _ratio(res["ours_s"], res["raw_s"])
+        res["ratio_peak_rss"] = _ratio(res["ours_peak_rss_mb"], res["raw_peak_rss_mb"])
+    return res
+
+
+def _raw_backends():
+    from .bench_raw import RAW
+
+    return RAW
+
+
+def run_bench(artifact, device: str = "auto", *, calls: int = 50, repeats: int = 3, batch: int = 32,
+              concurrency: int = 2, cold: bool = True, device_options: dict | None = None) -> dict:
+    from .runtime import load
+
+    with load(artifact, device=device, device_options=device_options) as rt:
+        samples = bucket_samples(rt)
+        raws = []
+        for bucket in rt.variant["buckets"]:
+            raws.append(raw_runner(rt.choice.backend_name, str(rt.artifact.path(bucket["file"])), bucket,
+                                   rt.device_options))
+        result = {"artifact": str(artifact), "model": rt.artifact.name, "device": rt.device,
+                  "target": rt.variant["target"], "raw": rt.choice.backend_name if raws[0] is not None else None,
+                  "calls": calls, "repeats": repeats,
+                  "warm_latency": warm_latency(rt, raws, samples, calls, repeats),
+                  "throughput": throughput(rt, raws, samples, calls, repeats, batch, concurrency)}
+        if cold:
+            result["cold_start"] = cold_start(rt, samples, calls, repeats, device)
+    return result

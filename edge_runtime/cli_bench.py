@@ -1,0 +1,53 @@
+"""``edge-infer bench``: runtime vs raw backend figures for one artifact, with ratios."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .cli_common import _guard
+
+
+@click.command("bench")
+@click.argument("artifact", type=click.Path())
+@click.option("--device", default="auto", show_default=True)
+@click.option("--device-option", "device_option", multiple=True, help="Backend option KEY=VALUE, repeatable.")
+@click.option("--calls", default=50, show_default=True, type=int, help="Calls per round (latency, throughput).")
+@click.option("--repeats", default=3, show_default=True, type=int, help="Rounds; figures are medians over them.")
+@click.option("--batch-size", default=32, show_default=True, type=int)
+@click.option("--concurrency", default=2, show_default=True, type=int)
+@click.option("--no-cold", is_flag=True, help="Skip the cold-start child processes.")
+@click.option("--json", "as_json", is_flag=True)
+@_guard
+def bench_cmd(artifact, device, device_option, calls, repeats, batch_size, concurrency, no_cold, as_json):
+    """Cold start, warm latency per bucket, throughput and peak RSS: ours and the raw backend's."""
+    from .benchmark import run_bench
+    from .cli import _device_options
+    from .errors import InputError
+
+    if calls < 1 or repeats < 1 or batch_size < 1 or concurrency < 1:
+        raise InputError("--calls, --repeats, --batch-size and --concurrency must be at least 1", code="input_invalid")
+    res = run_bench(artifact, device, calls=calls, repeats=repeats, batch=batch_size, concurrency=concurrency,
+                    cold=not no_cold, device_options=_device_options(device_option))
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    click.echo(f"{res['model']} on {res['device']} ({res['target']}); raw: {res['raw'] or 'no raw runner'}; "
+               f"medians of {res['repeats']} rounds x {res['calls']} calls")
+    click.echo(f"{'figure':<34}{'ours':>12}{'raw':>12}{'ours/raw':>10}")
+
+    def row(name, ours, raw, ratio):
+        fmt = lambda v: "-" if v is None else f"{v:.3f}"   # noqa: E731
+        click.echo(f"{name:<34}{fmt(ours):>12}{fmt(raw):>12}{fmt(ratio):>10}")
+
+    for bucket, e in res["warm_latency"].items():
+        for p in ("p50", "p95", "p99"):
+            row(f"latency {bucket} {p} (ms)", e["ours_ms"][p], e.get("raw_ms", {}).get(p), e.get("ratio", {}).get(p))
+    t = res["throughput"]
+    row(f"throughput sync ({t['bucket']}, /s)", t["ours_sync_per_s"], t["raw_sync_per_s"], t["ratio_sync"])
+    row(f"throughput async ({t['bucket']}, /s)", t["ours_async_per_s"], t["raw_async_per_s"], t["ratio_async"])
+    c = res.get("cold_start")
+    if c and "ours_s" in c:
+        row("cold start (s)", c["ours_s"], c.get("raw_s"), c.get("ratio_cold_start"))
+        row("peak RSS (MB)", c["ours_peak_rss_mb"], c.get("raw_peak_rss_mb"), c.get("ratio_peak_rss"))

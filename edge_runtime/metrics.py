@@ -1,0 +1,166 @@
+"""Runtime metrics: latency histograms per device/bucket, the input-length
+histogram (the drift signal), counts per error code, fallbacks.
+
+``Runtime.metrics()`` returns a plain-dict snapshot; ``prometheus_text()``
+renders snapshots in the Prometheus text exposition format (0.0.4) with no
+dependency; ``PrometheusCollector`` exposes the same figures through
+``prometheus_client`` when that is installed (it is never required).
+Recording is a lock and a few integer adds per call.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+from collections import Counter
+
+# seconds: sub-millisecond (a warm Edge TPU call) up to the 5 s default deadline and past it
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+# tokens for text, decoded pixels for images, elements for tensors
+LENGTH_BUCKETS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
+                  16777216, 41943040)
+LENGTH_UNITS = {"text-classification": "tokens", "text-embedding": "tokens", "image-classification": "pixels",
+                "tensors": "elements"}
+
+
+class Histogram:
+    __slots__ = ("bounds", "counts", "sum", "count")
+
+    def __init__(self, bounds):
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)   # the last one is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def snapshot(self) -> dict:
+        cumulative, total = [], 0
+        for c in self.counts:
+            total += c
+            cumulative.append(total)
+        return {"buckets": [[b, n] for b, n in zip(list(self.bounds) + [math.inf], cumulative)],
+                "sum": self.sum, "count": self.count}
+
+
+class RuntimeMetrics:
+    def __init__(self, labels: dict):
+        self.labels = dict(labels)       # model, version, task, target, device
+        self._lock = threading.Lock()
+        self._latency: dict[str, Histogram] = {}
+        self._length = Histogram(LENGTH_BUCKETS)
+        self._errors: Counter = Counter()
+        self._truncated = 0
+        self._fallbacks: list[str] = []
+
+    def ok(self, bucket: str, latency_ms: float, length: int | None, truncated: bool) -> None:
+        with self._lock:
+            hist = self._latency.get(bucket)
+            if hist is None:
+                hist = self._latency[bucket] = Histogram(LATENCY_BUCKETS_S)
+            hist.observe(latency_ms / 1000)
+            if length is not None:
+                self._length.observe(length)
+            self._truncated += bool(truncated)
+
+    def length(self, length: int | None) -> None:
+        """The length of an input that was prepared but then failed on the device."""
+        if length is not None:
+            with self._lock:
+                self._length.observe(length)
+
+    def error(self, exc) -> None:
+        with self._lock:
+            self._errors[(type(exc).__name__, getattr(exc, "code", "unknown"))] += 1
+
+    def fallback(self, reason: str) -> None:
+        with self._lock:
+            self._fallbacks.append(reason)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._latency.clear()
+            self._length = Histogram(LENGTH_BUCKETS)
+            self._errors.clear()
+            self._truncated = 0
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return {
+                "labels": dict(self.labels),
+                "latency_seconds": {b: h.snapshot() for b, h in sorted(self._latency.items())},
+                "input_length": dict(self._length.snapshot(), unit=LENGTH_UNITS.get(self.labels.get("task"), "units")),
+                "errors": [{"type": t, "code": c, "count": n} for (t, c), n in sorted(self._errors.items())],
+                "truncated": self._truncated,
+                "fallbacks": list(self._fallbacks),
+            }
+
+
+def _escape(value) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(d: dict) -> str:
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in d.items()) + "}" if d else ""
+
+
+def _num(v) -> str:
+    if v == math.inf:
+        return "+Inf"
+    return repr(float(v)) if isinstance(v, float) else str(v)
+
+
+def _histogram(lines: list, name: str, labels: dict, snap: dict) -> None:
+    for bound, n in snap["buckets"]:
+        lines.append(f"{name}_bucket{_labels({**labels, 'le': _num(float(bound))})} {n}")
+    lines.append(f"{name}_sum{_labels(labels)} {_num(float(snap['sum']))}")
+    lines.append(f"{name}_count{_labels(labels)} {snap['count']}")
+
+
+def prometheus_text(snapshots) -> str:
+    """Snapshots of one or more runtimes in the text exposition format."""
+    if isinstance(snapshots, dict):
+        snapshots = [snapshots]
+    lines: list[str] = []
+
+    def family(name, kind, help_text, emit):
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        for s in snapshots:
+            emit(s, {k: s["labels"][k] for k in ("model", "version") if k in s["labels"]})
+
+    family("edge_runtime_info", "gauge", "The loaded model, its variant and the device it runs on.",
+           lambda s, base: lines.append(f"edge_runtime_info{_labels(s['labels'])} 1"))
+    family("edge_runtime_inference_latency_seconds", "histogram",
+           "infer() latency per device and bucket, input received to result (successful calls).",
+           lambda s, base: [_histogram(lines, "edge_runtime_inference_latency_seconds",
+                                       {**base, "device": s["labels"].get("device", ""), "bucket": b}, h)
+                            for b, h in s["latency_seconds"].items()])
+    family("edge_runtime_input_length", "histogram",
+           "Input length before truncation (tokens, pixels or elements): the drift signal.",
+           lambda s, base: _histogram(lines, "edge_runtime_input_length",
+                                      {**base, "unit": s["input_length"]["unit"]}, s["input_length"]))
+    family("edge_runtime_errors_total", "counter", "Failed calls per error class and code.",
+           lambda s, base: [lines.append(f"edge_runtime_errors_total{_labels({**base, 'type': e['type'], 'code': e['code']})} "
+                                         f"{e['count']}") for e in s["errors"]])
+    family("edge_runtime_truncated_total", "counter", "Inputs truncated to the largest bucket.",
+           lambda s, base: lines.append(f"edge_runtime_truncated_total{_labels(base)} {s['truncated']}"))
+    family("edge_runtime_fallbacks_total", "counter", "Device fallbacks taken at load (reason in rt.info()).",
+           lambda s, base: lines.append(f"edge_runtime_fallbacks_total{_labels(base)} {len(s['fallbacks'])}"))
+    return "\n".join(lines) + "\n"
+
+
+class PrometheusCollector:
+    """A ``prometheus_client`` collector over runtimes: ``REGISTRY.register(PrometheusCollector(rt))``."""
+
+    def __init__(self, *runtimes):
+        self.runtimes = runtimes
+
+    def collect(self):
+        from prometheus_client.parser import text_string_to_metric_families
+
+        yield from text_string_to_metric_families(prometheus_text([rt.metrics() for rt in self.runtimes]))
