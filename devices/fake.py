@@ -9,7 +9,8 @@ manifest says, so the runtime's whole path runs without a framework.
 Options (``device_options`` of ``er.load``) inject faults: ``stall_ms``
 (sleep in run), ``cancellable`` (the session takes a cancel token, like
 ONNX Runtime, and its stall stops when the token fires), ``fail_after`` (raise after N successful runs),
-``fail_load`` (raise while loading).
+``fail_load`` (raise while loading), ``segfault_after`` (the process dies of
+SIGSEGV on run N+1: for the crash-isolation tests, only under ``isolate=True``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ class FakeSession:
         with self._lock:
             self._runs += 1
             runs = self._runs
+        crash_after = self._options.get("segfault_after")     # only ever under isolate=True
+        if crash_after is not None and runs > int(crash_after):
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGSEGV)
         fail_after = self._options.get("fail_after")
         if fail_after is not None and runs > int(fail_after):
             raise RuntimeError("injected backend failure")
@@ -80,6 +87,8 @@ class FakeBackend:
     def suitability(self, target: str, hardware: dict, device: str | None = None) -> Suitability:
         if target not in self.targets:
             return Suitability(0, self.name, f"the fake backend runs only 'fake' variants, not {target!r}")
+        if device not in (None, "cpu"):
+            return Suitability(0, f"{self.name}:{device}", f"unknown fake device {device!r} (cpu)")
         return Suitability(1, "fake:cpu", "numpy reference backend")
 
     def load(self, model_path: Path, bucket: dict, device: str | None = None, options: dict | None = None):

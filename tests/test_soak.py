@@ -1,0 +1,21 @@
+"""Soak: 100,000 infer() calls, RSS growth under 5% (bench/bench_soak.py's loop)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import edge_runtime as er
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from bench_soak import soak  # noqa: E402
+
+
+@pytest.mark.slow
+def test_100k_calls_do_not_grow_rss(make_artifact):
+    art = make_artifact("text-classification")
+    texts = [f"input number {i} " + "word " * (i % 12) for i in range(64)]
+    with er.load(art, device="fake") as rt:
+        res = soak(rt, texts, 100_000)
+        assert sum(h["count"] for h in rt.metrics()["latency_seconds"].values()) == 105_000
+    assert res["growth"] < 0.05, res
