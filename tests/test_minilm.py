@@ -34,7 +34,7 @@ def test_embedding_parity_budget_recorded_and_met(minilm_embedding_artifact):
     assert par["value"] >= 0.995 and par["min"] >= 0.99 and par["samples"] >= 50
     assert set(par["per_bucket"]) == {"seq64", "seq128"}
     q = man["variants"][0]["quantization"]
-    assert q["weights"] == "int8" and q["calibration"]["samples"] > 100 and len(q["calibration"]["fingerprint"]) == 64
+    assert q["weights"] == "uint8" and q["calibration"]["samples"] > 100 and len(q["calibration"]["fingerprint"]) == 64
     assert man["preprocess"]["tokenizer"] == "tokenizer.json" and "tokenizer.json" in man["files"]
 
 
