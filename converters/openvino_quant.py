@@ -40,7 +40,7 @@ _RECIPE_DEFAULTS = {
     "transformer": {"model_type": "transformer", "float_matmuls": list(FLOAT_KINDS)},
     "transformer-fast": {"model_type": "transformer"},
 }
-_KNOWN_OVERRIDES = {"ignored_scope", "float_matmuls", "subset_size", "fast_bias_correction", "preset", "model_type",
+_KNOWN_OVERRIDES = {"overflow_fix", "ignored_scope", "float_matmuls", "subset_size", "fast_bias_correction", "preset", "model_type",
                     "smooth_quant_alpha", "activation_range", "max_drop"}
 
 
@@ -114,13 +114,20 @@ def _params(task: str, overrides: dict, model=None) -> dict:
             raise ValueError(f"activation_range {overrides['activation_range']!r} is not one of minmax, mean_minmax, "
                              "median_minmax, mean_no_outliers_minmax, mean_quantile, histogram")
         advanced["activations_range_estimator_params"] = getattr(RangeEstimatorParametersSet, name)
+    if "overflow_fix" in overrides:      # 7-bit weights: no u8*s8 int16 saturation on CPUs without VNNI
+        from nncf.quantization.advanced_parameters import OverflowFix
+
+        value = str(overrides["overflow_fix"]).lower()
+        if value not in ("enable", "first_layer_only", "disable"):
+            raise ValueError(f"overflow_fix {overrides['overflow_fix']!r} is not one of enable, first_layer_only, disable")
+        advanced["overflow_fix"] = OverflowFix(value)
     if advanced:
         from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
 
         kw["advanced_parameters"] = AdvancedQuantizationParameters(**advanced)
     record = {"model_type": model_type, "preset": preset, "fast_bias_correction": kw["fast_bias_correction"],
               "ignored_scope": scope or None, "float_matmuls": list(overrides.get("float_matmuls") or [])}
-    for key in ("smooth_quant_alpha", "activation_range"):
+    for key in ("smooth_quant_alpha", "activation_range", "overflow_fix"):
         if key in overrides:
             record[key] = overrides[key]
     return kw, record

@@ -60,6 +60,7 @@ class ConvertRequest:
     seed: int = 0
     force: bool = False
     limits: dict = field(default_factory=dict)
+    torch_source: Path | None = None   # a PyTorch (TorchScript) twin of source, for targets that convert from torch
 
 
 def _fingerprint(samples) -> str:
@@ -85,6 +86,8 @@ def _check_request(req: ConvertRequest) -> None:
         raise InputError(f"output directory {out} exists and is not empty (use --force)", code="convert_out_exists")
     if not req.targets:
         raise InputError("no --target given", code="convert_no_target")
+    if req.torch_source is not None and not Path(req.torch_source).is_file():
+        raise InputError(f"torch source {req.torch_source} does not exist", code="convert_source_missing")
 
 
 def _sections(req: ConvertRequest, writer: ArtifactWriter, outputs: list[dict]) -> tuple[dict, dict]:
@@ -192,15 +195,23 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
                 try:
                     info = converter.build_bucket(path, dst, [p.feeds for p in prepared], {
                         "task": req.task, "recipe": recipe, "overrides": req.recipe_overrides, "work": work,
-                        "task_obj": one, "prepared": prepared, "budget": budget})
+                        "task_obj": one, "prepared": prepared, "budget": budget, "torch_source": req.torch_source})
                 except ConversionFailed as exc:  # the toolchain cannot build this source
                     raise InputError(f"{target}: {exc}", code="convert_target_failed") from None
                 except ValueError as exc:  # a bad recipe/override or unusable calibration data
                     raise InputError(f"{target}: {exc}", code="convert_recipe_invalid") from None
                 fields = info.pop("bucket_fields", None)   # a converter that names its own I/O
                 quant = quant or info
-                writer.add_file(rel)
                 bucket = {"name": bname, "file": rel}
+                if dst.is_dir():   # a package directory (.mlpackage): every file inside hashed
+                    tree = writer.add_tree(rel)
+                    entry = f"{rel}/{(fields or {}).pop('entry', '')}"
+                    if entry not in tree:
+                        raise InputError(f"{target}: package {rel} has no entry file {entry}",
+                                         code="convert_target_failed")
+                    bucket.update(file=entry, package=rel, extra_files=[f for f in tree if f != entry])
+                else:
+                    writer.add_file(rel)
                 if fields:
                     ins, outs = fields.pop("inputs"), fields.pop("outputs")
                     if "parity_model" in fields:     # parity measured on a stand-in (see the converter)
@@ -223,7 +234,11 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
             if parity_files:
                 par_target = converter.fallback_target
                 par_buckets = [dict(b, file=f) for b, f in zip(buckets, parity_files)]
-            for opts in getattr(converter, "runtime_candidates", lambda: [{}])():
+            not_here = getattr(converter, "parity_unavailable", lambda: None)()
+            if not_here:   # the target's model cannot run on this host
+                trials.append(({}, _parity_elsewhere(converter, task_ref, ref_sessions, task_cand, buckets, held,
+                                                     not_here, progress, target)))
+            for opts in ([] if not_here else getattr(converter, "runtime_candidates", lambda: [{}])()):
                 progress(f"{target}: measuring parity against fp32 on {len(held)} samples"
                          + (f" with {opts}" if opts else "") + (f" (on the {par_target} model it was compiled from)"
                                                               if parity_files else ""))
@@ -248,8 +263,11 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
                 par["measured_on"] = (f"the {par_target} model given to the compiler: the compiled model runs "
                                       "only on an Edge TPU, absent at build time")
             par["data"] = parity_source
-            par["passed"] = par["value"] is not None and par["value"] >= par["budget"]
-            if not par["passed"]:
+            if par.get("measured") is False:   # recorded as not measured, with the reason: never a figure
+                par["passed"] = None
+            else:
+                par["passed"] = par["value"] is not None and par["value"] >= par["budget"]
+            if par["passed"] is False:
                 failures.append(f"{target}: {par['metric']} {par['value']:.4f} < budget {par['budget']}")
             variant = {"target": target, "buckets": buckets, "quantization": quant, "parity": par,
                        "toolchain": _toolchain(converter)}
@@ -290,6 +308,26 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
         shutil.rmtree(work, ignore_errors=True)
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _parity_elsewhere(converter, task_ref, ref_sessions, task_cand, buckets, held, why, progress, target) -> dict:
+    """Parity of a target that cannot run here: measured on the converter's labelled
+    stand-in (``parity_stand_in``: the fake-quantized torch model of coreml w8a8), else
+    recorded as not measured with the reason."""
+    stand_in = getattr(converter, "parity_stand_in", lambda b: None)(buckets)
+    if not stand_in:
+        progress(f"{target}: parity not measured: {why}")
+        return {"metric": task_ref.parity_metric, "value": None, "samples": 0, "measured": False,
+                "not_measured": why}
+    sessions, label = stand_in
+    progress(f"{target}: {why}; measuring parity on the {label} instead")
+    try:
+        par = parity.measure(task_ref, ref_sessions, task_cand, sessions, held)
+    finally:
+        for s in sessions:
+            s.close()
+    par.update(measured="stand-in", measured_on=label, not_measured_on_target=why)
+    return par
 
 
 def _pick_runtime(trials: list, budget: float) -> tuple[dict, dict]:

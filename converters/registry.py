@@ -13,7 +13,8 @@ class ConversionFailed(ValueError):
 _BUILTIN = {"onnx-int8": "edge_runtime.converters.onnx_int8:OnnxInt8Converter",
             "openvino": "edge_runtime.converters.openvino_int8:OpenVinoConverter",
             "tflite-int8": "edge_runtime.converters.tflite_int8:TfliteInt8Converter",
-            "edgetpu": "edge_runtime.converters.edgetpu:EdgeTpuConverter"}
+            "edgetpu": "edge_runtime.converters.edgetpu:EdgeTpuConverter",
+            "coreml": "edge_runtime.converters.coreml:CoremlConverter"}
 
 
 def converter_targets() -> dict[str, str]:

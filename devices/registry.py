@@ -21,6 +21,7 @@ _BUILTIN = {
     "openvino": "edge_runtime.devices.openvino_backend:OpenVinoBackend",
     "tflite": "edge_runtime.devices.tflite_backend:TfliteBackend",
     "edgetpu": "edge_runtime.devices.tflite_backend:EdgeTpuBackend",
+    "coreml": "edge_runtime.devices.coreml_backend:CoremlBackend",
     "fake": "edge_runtime.devices.fake:FakeBackend",
 }
 

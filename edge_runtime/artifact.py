@@ -154,6 +154,27 @@ def verify_files(art: Artifact, only: list[str] | None = None) -> None:
                                 file=rel, code="artifact_hash_mismatch")
 
 
+def tree_files(root: Path, rel: str) -> list[str]:
+    """Every regular file under the directory ``rel`` of ``root`` (artifact-relative posix
+    paths, sorted), for package directories such as a Core ML ``.mlpackage``. Refuses
+    symlinks anywhere inside and anything that is neither a file nor a directory."""
+    base = safe_relpath(Path(root), rel)
+    if base.is_symlink() or not base.is_dir():
+        raise ArtifactError("package is not a directory", file=rel, code="artifact_file_invalid")
+    out = []
+    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            inner = f"{rel}/{p.relative_to(base).as_posix()}"
+            if p.is_symlink():
+                raise ArtifactError("symlink inside a package directory", file=inner, code="artifact_path_escapes")
+            if p.is_file():
+                out.append(inner)
+            elif not p.is_dir():
+                raise ArtifactError("not a regular file", file=inner, code="artifact_file_invalid")
+    return sorted(out)
+
+
 @dataclass
 class ArtifactWriter:
     """Builds an artifact directory: add files, then write the manifest."""
@@ -177,6 +198,10 @@ class ArtifactWriter:
             raise FileNotFoundError(dst)
         self.files[rel] = {"sha256": sha256_file(dst), "bytes": dst.stat().st_size}
         return rel
+
+    def add_tree(self, rel: str) -> list[str]:
+        """Hash every file of the directory ``rel`` (already in place) into the manifest."""
+        return [self.add_file(f) for f in tree_files(self.root, rel)]
 
     def write_manifest(self, data: dict) -> Path:
         data = dict(data)

@@ -39,13 +39,14 @@ def _json_arg(value, what):
 @click.option("--preprocess", help="Image pre-processing JSON (file or text): size, channels, mean, std, layout.")
 @click.option("--recipe", help="Quantization recipe (cnn, transformer, ...).")
 @click.option("--recipe-override", "recipe_overrides", help="JSON object overriding recipe keys.")
+@click.option("--torch-source", type=click.Path(), help="TorchScript twin of SOURCE (the coreml target converts from it).")
 @click.option("--name", help="Model name (default: source file stem).")
 @click.option("--model-version", default="1", show_default=True)
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @_guard
 def convert(source, out, task, targets, calibration, labels, tokenizer, buckets, min_parity, parity_data,
-            preprocess, recipe, recipe_overrides, name, model_version, force, as_json):
+            preprocess, recipe, recipe_overrides, torch_source, name, model_version, force, as_json):
     """Convert SOURCE (ONNX) to an int8 static-shape artifact."""
     from edge_runtime.converters.pipeline import ConvertRequest, convert as run_convert
     from edge_runtime.errors import ParityError
@@ -59,7 +60,8 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
         labels=Path(labels) if labels else None, tokenizer=Path(tokenizer) if tokenizer else None,
         buckets=bucket_list, min_parity=min_parity, parity_data=Path(parity_data) if parity_data else None,
         preprocess=_json_arg(preprocess, "--preprocess"), name=name, version=model_version, recipe=recipe,
-        recipe_overrides=_json_arg(recipe_overrides, "--recipe-override"), force=force)
+        recipe_overrides=_json_arg(recipe_overrides, "--recipe-override"), force=force,
+        torch_source=Path(torch_source) if torch_source else None)
     t0 = time.perf_counter()
     quiet = as_json
 
@@ -87,9 +89,19 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
         for v in summary["variants"]:
             p = v["parity"]
             extra = f", min {p['min']:.4f}" if p.get("min") is not None else ""
+            if p.get("value") is None:   # recorded as not measured (coreml off macOS): never a figure
+                click.echo(f"{v['target']}: buckets {', '.join(v['buckets'])}; parity not measured: "
+                           f"{manifest_parity(manifest, v['target']).get('not_measured', '?')}")
+                continue
+            on = manifest_parity(manifest, v["target"]).get("measured_on")
             click.echo(f"{v['target']}: buckets {', '.join(v['buckets'])}; parity {p['metric']} {p['value']:.4f}"
-                       f"{extra} on {p['samples']} held-out samples (budget {p['budget']})")
+                       f"{extra} on {p['samples']} held-out samples (budget {p['budget']})"
+                       + (f", measured on the {on}" if on else ""))
         for skip in manifest.get("skipped_targets", []):
             click.echo(f"{skip['target']}: skipped: {skip['reason']}")
         click.echo(f"wrote {out} in {summary['seconds']} s")
     sys.stdout.flush()
+
+
+def manifest_parity(manifest: dict, target: str) -> dict:
+    return next((v["parity"] for v in manifest["variants"] if v["target"] == target), {})

@@ -110,7 +110,25 @@ def ov_minilm_embedding_artifact(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ov_minilm_classifier_artifact(tmp_path_factory):
-    return _convert_minilm(tmp_path_factory, "text-classification", targets=("openvino",))
+    from edge_runtime.errors import ParityError
+
+    try:
+        return _convert_minilm(tmp_path_factory, "text-classification", targets=("openvino",))
+    except ParityError as exc:
+        if INT8_DOT:
+            raise
+        # measured on an AVX2-only EPYC: 0.979 (0.985 with overflow_fix=enable); 0.99+ with VNNI.
+        # The gate refusing the artifact is the correct behaviour; the tests that need it cannot run.
+        pytest.skip(f"no VNNI on this CPU: u8*s8 int8 saturates and the convert is refused: {exc.message}")
+
+
+def _int8_dot() -> bool:
+    from edge_runtime.hardware import detect
+
+    return bool(detect()["cpu"].get("int8_dot"))
+
+
+INT8_DOT = _int8_dot()     # VNNI/AMX: int8 dot products without int16 saturation
 
 
 def need_litert():
@@ -161,3 +179,65 @@ def tflite_digits_artifact(tmp_path_factory):
     out = tmp_path_factory.mktemp("tfl-digits") / "digits"
     convert(convert_request("digits-cnn", "image-classification", out, targets=["tflite-int8"]))
     return out
+
+
+# -- Core ML (converts and validates on Linux; execution only through the faked boundary) --
+
+def need_coreml():
+    pytest.importorskip("coremltools")
+    pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="session")
+def coreml_fake():
+    """The faked Core ML boundary, registered as the backend ``coreml-faked`` (pretending
+    to be an Apple Silicon Mac); artifact fixtures add their packages' CPU twins."""
+    from fake_coreml import FakeCoremltools
+
+    from edge_runtime.devices import registry
+    from edge_runtime.devices.coreml_backend import CoremlBackend
+
+    fake = FakeCoremltools({})
+    registry.register("coreml-faked", lambda: CoremlBackend(module=fake, name="coreml-faked",
+                                                            pretend={"system": "Darwin", "machine": "arm64"}))
+    return fake
+
+
+def add_coreml_twins(fake, artifact, twin):
+    import json
+
+    man = json.loads((artifact / "manifest.json").read_text())
+    for v in man["variants"]:
+        for b in v["buckets"]:
+            if "package" in b:
+                fake.twins[str((artifact / b["package"]).resolve())] = str(twin)
+
+
+@pytest.fixture(scope="session")
+def coreml_digits_artifact(tmp_path_factory):
+    """digits-cnn converted to coreml (default mode: w8a8, ONNX → torch route)."""
+    from edge_runtime.converters.pipeline import convert
+    from edge_runtime.converters.zoo import convert_request
+
+    need_coreml()
+    out = tmp_path_factory.mktemp("coreml-digits") / "digits"
+    convert(convert_request("digits-cnn", "image-classification", out, targets=["coreml"]))
+    return out
+
+
+@pytest.fixture(scope="session")
+def coreml_faked_digits_artifact(coreml_digits_artifact, coreml_fake):
+    add_coreml_twins(coreml_fake, coreml_digits_artifact, ZOO / "digits-cnn" / "model.onnx")
+    return coreml_digits_artifact
+
+
+@pytest.fixture(scope="session")
+def coreml_minilm_embedding_artifact(tmp_path_factory):
+    need_coreml()
+    return _convert_minilm(tmp_path_factory, "text-embedding", targets=("coreml",))
+
+
+@pytest.fixture(scope="session")
+def coreml_minilm_classifier_artifact(tmp_path_factory):
+    need_coreml()
+    return _convert_minilm(tmp_path_factory, "text-classification", targets=("coreml",))

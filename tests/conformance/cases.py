@@ -35,4 +35,8 @@ CASES = [
     ("tflite-digits", "tflite", ("fixture", "tflite_digits_artifact"), [DIGIT, np.full((8, 8), 30, np.uint8)]),
     ("edgetpu-faked-coral", "edgetpu-faked", ("fixture", "edgetpu_faked_artifact"),
      [CAT, np.full((40, 60, 3), 90, np.uint8)]),
+    # the real coreml backend over the faked Core ML boundary (tests/fake_coreml.py): the
+    # w8a8 .mlpackage's spec is read for real, predict runs the fp32 ONNX twin
+    ("coreml-faked-digits", "coreml-faked", ("fixture", "coreml_faked_digits_artifact"),
+     [DIGIT, np.full((8, 8), 30, np.uint8)]),
 ]

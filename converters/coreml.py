@@ -1,0 +1,184 @@
+"""The ``coreml`` target: one ML program ``.mlpackage`` per bucket, int8 weights.
+
+Per bucket: a PyTorch module (``coreml_torch.source_module``: the request's
+TorchScript ``torch_source``, else the fp32 ONNX bucket translated to torch),
+checked against the fp32 ONNX → (``w8a8`` only) calibrated fake-quantization
+→ ``ct.convert(convert_to="mlprogram")`` with the bucket's static shapes and
+the contract's I/O names → (``w8``) ``linear_quantize_weights`` → saved →
+validated from the saved spec (``coreml_spec``).
+
+Modes (``--recipe``), named in the variant's quantization record:
+
+- ``w8``: weights int8 (``coremltools.optimize.coreml.linear_quantize_weights``,
+  linear_symmetric, per channel), activations in the compute precision
+  (float16 by default: what the GPU and Neural Engine run).
+- ``w8a8``: weights and activations int8 (``coremltools.optimize.torch``
+  ``LinearQuantizer`` calibrated on the artifact's calibration feeds before
+  conversion). Needs an FX-traceable module: the ONNX route, not TorchScript.
+
+Default: the best mode this host can build for the source: ``w8a8`` on the
+ONNX → torch route (int8 weights and activations, the Neural Engine's
+int8-int8 path, and the only mode whose parity a Linux host can measure,
+on the fake-quantized torch model), ``w8`` for a TorchScript source
+(``w8a8`` cannot be prepared from one).
+
+Parity: Core ML predicts only on macOS. There the pipeline measures it like
+every target; elsewhere it is recorded as not measured with the reason, and
+for ``w8a8`` the fake-quantized torch model's parity is measured and labelled
+as such (``parity.measured_on``).
+
+Overrides: ``compute_precision`` (float16 | float32), ``minimum_deployment_target``
+(macOS14 default, macOS15, iOS17, iOS18), ``weight_threshold`` (smallest weight
+quantized, elements; default 1: all), ``quantization_scheme`` (w8a8: symmetric |
+affine), ``agreement_tolerance`` (torch vs ONNX source, relative; 1e-3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import platform
+import shutil
+import time
+from pathlib import Path
+
+from .registry import ConversionFailed
+
+_KNOWN = {"compute_precision", "minimum_deployment_target", "weight_threshold", "quantization_scheme",
+          "agreement_tolerance"}
+MODES = ("w8", "w8a8")
+ENTRY = "Manifest.json"   # the package file a bucket's "file" names; the rest are its extra_files
+
+
+def _package_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+class CoremlConverter:
+    target = "coreml"
+    suffix = ".mlpackage"
+    recipes = MODES
+
+    def __init__(self, system: str | None = None):
+        self._system = system or platform.system()
+        self._stand_ins: list = []      # per bucket, w8a8: the fake-quantized torch model
+
+    def unavailable(self) -> str | None:
+        missing = [m for m in ("coremltools", "torch") if importlib.util.find_spec(m) is None]
+        return f"{' and '.join(missing)} not installed (pip install 'edge-runtime[convert-coreml]')" if missing else None
+
+    def parity_unavailable(self) -> str | None:
+        if self._system == "Darwin":
+            return None
+        return (f"Core ML prediction runs only on macOS (this host: {self._system}); coremltools here converts, "
+                "quantizes weights and validates the spec, but cannot run the model")
+
+    def default_recipe(self, task: str) -> str:
+        return "w8" if task.startswith("text-") else "w8a8"
+
+    def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict], options: dict) -> dict:
+        from .coreml_spec import validate
+        from .coreml_torch import agreement, calibrate_w8a8, source_module, torch_feeds
+        from .onnx_io import io_specs
+
+        overrides = dict(options.get("overrides") or {})
+        unknown = set(overrides) - _KNOWN
+        if unknown:
+            raise ValueError(f"unknown coreml recipe override(s) {sorted(unknown)} (known: {sorted(_KNOWN)})")
+        torch_source = options.get("torch_source")
+        mode = options.get("recipe") or ("w8" if torch_source else "w8a8")
+        if mode not in MODES:
+            raise ValueError(f"unknown coreml mode {mode!r} (known: {', '.join(MODES)})")
+        if not calibration_feeds:
+            raise ValueError("no usable calibration samples")
+        t0 = time.perf_counter()
+        ins, outs = io_specs(fp32_path)
+        names = [t["name"] for t in ins]
+        module, route = source_module(Path(fp32_path), torch_source)
+        agree = agreement(module, Path(fp32_path), calibration_feeds, ins, outs,
+                          tolerance=float(overrides.get("agreement_tolerance", 1e-3)))
+        if mode == "w8a8":
+            prepared, module = calibrate_w8a8(module, calibration_feeds, names, overrides)
+            self._stand_ins.append(prepared)
+        mlmodel = self._convert(module, torch_feeds(calibration_feeds[0], names), ins, outs, overrides)
+        if mode == "w8":
+            mlmodel = self._quantize_weights(mlmodel, int(overrides.get("weight_threshold", 1)))
+        out_path = Path(out_path)
+        shutil.rmtree(out_path, ignore_errors=True)
+        mlmodel.save(str(out_path))
+        seconds = round(time.perf_counter() - t0, 1)
+        report = validate(out_path, ins, outs, mode)
+        precision = overrides.get("compute_precision", "float16")
+        return {
+            "scheme": f"coreml {mode}: " + ("int8 weights (coremltools.optimize.coreml.linear_quantize_weights, "
+                                            "linear_symmetric, per channel)" if mode == "w8" else
+                                            "int8 weights and activations (coremltools.optimize.torch "
+                                            "LinearQuantizer, calibrated, before conversion)"),
+            "mode": mode, "recipe": mode,
+            "weights": "int8",
+            "activations": (f"{precision} (Core ML compute precision)" if mode == "w8" else
+                            f"int8/uint8 (quantize/dequantize around conv/linear), {precision} between"),
+            "source": route, "source_agreement": agree,
+            "compute_precision": precision,
+            "minimum_deployment_target": overrides.get("minimum_deployment_target", "macOS14"),
+            "spec_validation": "every bucket, from its saved spec: buckets[].spec_validation",
+            "bucket_fields": {"inputs": ins, "outputs": outs, "entry": ENTRY,
+                              "coreml": {"inputs": report["inputs"], "outputs": report["outputs"]},
+                              "spec_validation": report, "build_seconds": seconds,
+                              "package_bytes": _package_bytes(out_path)},
+        }
+
+    def _convert(self, module, example, ins: list[dict], outs: list[dict], overrides: dict):
+        import coremltools as ct
+        import numpy as np
+        import torch
+
+        precision = overrides.get("compute_precision", "float16")
+        target = overrides.get("minimum_deployment_target", "macOS14")
+        if precision not in ("float16", "float32"):
+            raise ValueError(f"compute_precision must be float16 or float32, got {precision!r}")
+        if not hasattr(ct.target, str(target)):
+            raise ValueError(f"unknown minimum_deployment_target {target!r}")
+        if not isinstance(module, torch.jit.ScriptModule):
+            with torch.no_grad():
+                module = torch.jit.trace(module.eval(), example)
+        ct_dtypes = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "int64": np.int32}
+        bad = [t for t in ins if t["dtype"] not in ct_dtypes]
+        if bad:
+            raise ConversionFailed(f"input {bad[0]['name']!r} has dtype {bad[0]['dtype']}, which Core ML cannot take")
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):   # progress bars
+                return ct.convert(
+                    module, convert_to="mlprogram", minimum_deployment_target=getattr(ct.target, target),
+                    inputs=[ct.TensorType(name=t["name"], shape=tuple(t["shape"]), dtype=ct_dtypes[t["dtype"]])
+                            for t in ins],
+                    outputs=[ct.TensorType(name=t["name"], dtype=np.float32) for t in outs],
+                    compute_precision={"float16": ct.precision.FLOAT16, "float32": ct.precision.FLOAT32}[precision])
+        except Exception as exc:  # noqa: BLE001 - coremltools raises anything on an unsupported graph
+            raise ConversionFailed(f"coremltools could not convert the model: {type(exc).__name__}: "
+                                   f"{str(exc)[:300]}") from None
+
+    @staticmethod
+    def _quantize_weights(mlmodel, threshold: int):
+        import coremltools.optimize as cto
+
+        cfg = cto.coreml.OptimizationConfig(global_config=cto.coreml.OpLinearQuantizerConfig(
+            mode="linear_symmetric", dtype="int8", granularity="per_channel", weight_threshold=threshold))
+        with contextlib.redirect_stderr(io.StringIO()):
+            return cto.coreml.linear_quantize_weights(mlmodel, config=cfg)
+
+    def parity_stand_in(self, buckets: list[dict]):
+        """(sessions, label) for the w8a8 fake-quantized torch models, else None."""
+        if len(self._stand_ins) != len(buckets):
+            return None
+        from .coreml_torch import TorchSession
+
+        label = "fake-quantized torch model"
+        return [TorchSession(m, b, label) for m, b in zip(self._stand_ins, buckets)], label
+
+    def toolchain(self) -> dict:
+        import coremltools
+        import torch
+
+        return {"coremltools": coremltools.__version__, "torch": torch.__version__}

@@ -1,0 +1,135 @@
+"""The PyTorch side of the coreml target: the source module per bucket, its
+agreement with the ONNX source, and ``w8a8`` calibration.
+
+Sources (coremltools 9 converts PyTorch, not ONNX):
+
+- a TorchScript file (``ConvertRequest.torch_source``, e.g. the MiniLM recipe's
+  ``embedding.pt``), used as is; it must take the same inputs as the ONNX source;
+- otherwise the fp32 ONNX bucket translated by ``coreml_onnx2torch`` (plain CNN ops).
+
+Either way the module is run against the bucket's fp32 ONNX (onnxruntime) on
+calibration feeds first: a torch source that is not the same model as the
+ONNX source (the parity reference of every target) fails the convert.
+
+``w8a8``: ``coremltools.optimize.torch.quantization.LinearQuantizer`` inserts
+fake-quantize layers (FX graph mode, so only FX-traceable modules: the ONNX
+translation, not a TorchScript file), the calibration feeds run through it with
+observers on and no training, observers are frozen and ``finalize`` gives the
+quantize/dequantize reference model that ``ct.convert`` turns into int8
+weights and int8/uint8 activations.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .registry import ConversionFailed
+
+
+def torch_feeds(feeds: dict, names: list[str]):
+    import torch
+
+    return tuple(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names)
+
+
+def run(module, feeds: dict, names: list[str], out_names: list[str]) -> dict:
+    import torch
+
+    with torch.no_grad():
+        out = module(*torch_feeds(feeds, names))
+    out = out if isinstance(out, (tuple, list)) else (out,)
+    if len(out) != len(out_names):
+        raise ConversionFailed(f"the torch model returns {len(out)} outputs, the contract has {len(out_names)}")
+    return {n: o.detach().numpy().astype(np.float32) for n, o in zip(out_names, out)}
+
+
+def source_module(fp32_onnx: Path, torch_source: Path | None):
+    """(module, route description)."""
+    if torch_source:
+        import torch
+
+        try:
+            module = torch.jit.load(str(torch_source), map_location="cpu").eval()
+        except Exception as exc:  # noqa: BLE001
+            raise ConversionFailed(f"torch source {Path(torch_source).name} does not load as TorchScript: "
+                                   f"{type(exc).__name__}: {str(exc)[:200]}") from None
+        return module, f"TorchScript {Path(torch_source).name}"
+    from .coreml_onnx2torch import translate
+
+    module, _, _ = translate(fp32_onnx)
+    return module, "ONNX → torch translation (converters/coreml_onnx2torch.py)"
+
+
+def agreement(module, fp32_onnx: Path, feeds: list[dict], inputs: list[dict], outputs: list[dict],
+              samples: int = 4, tolerance: float = 1e-3) -> dict:
+    """Max abs difference torch vs the fp32 ONNX on a few calibration feeds (relative to the output range)."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(fp32_onnx), providers=["CPUExecutionProvider"])
+    names, out_names = [t["name"] for t in inputs], [t["name"] for t in outputs]
+    worst, scale = 0.0, 0.0
+    for f in feeds[:samples]:
+        got = run(module, f, names, out_names)
+        ref = dict(zip(out_names, sess.run(out_names, {n: f[n] for n in names})))
+        for n in out_names:
+            worst = max(worst, float(np.abs(got[n] - ref[n]).max()))
+            scale = max(scale, float(np.abs(ref[n]).max()))
+    rel = worst / max(scale, 1e-6)
+    if rel > tolerance:
+        raise ConversionFailed(f"the torch model disagrees with the ONNX source: max abs diff {worst:.3g} "
+                               f"({rel:.3g} of the output range, tolerance {tolerance}); it is not the same model")
+    return {"max_abs_diff": worst, "relative": rel, "samples": min(samples, len(feeds))}
+
+
+def calibrate_w8a8(module, feeds: list[dict], names: list[str], overrides: dict):
+    """(prepared fake-quant model with frozen observers, finalized reference model)."""
+    import torch
+    from coremltools.optimize.torch.quantization import LinearQuantizer, LinearQuantizerConfig
+
+    if isinstance(module, torch.jit.ScriptModule):
+        raise ConversionFailed("w8a8 needs an FX-traceable torch module (coremltools.optimize.torch prepares it in "
+                               "FX graph mode); a TorchScript source cannot be prepared: use w8")
+    if not feeds:
+        raise ValueError("w8a8 needs calibration samples")
+    cfg = LinearQuantizerConfig.from_dict({"global_config": {
+        "quantization_scheme": overrides.get("quantization_scheme", "symmetric"),
+        "milestones": [0, 0, 1 << 30, 1 << 30]}})   # observers and fake quant on from step 0, never frozen by steps
+    quantizer = LinearQuantizer(module, cfg)
+    try:
+        prepared = quantizer.prepare(example_inputs=torch_feeds(feeds[0], names))
+    except Exception as exc:  # noqa: BLE001 - FX tracing / pattern matching failures
+        raise ConversionFailed(f"coremltools.optimize.torch could not prepare the model for w8a8: "
+                               f"{type(exc).__name__}: {str(exc)[:300]}") from None
+    quantizer.step()
+    prepared.eval()
+    with torch.no_grad():
+        for f in feeds:
+            prepared(*torch_feeds(f, names))
+    prepared.apply(torch.ao.quantization.disable_observer)
+    return prepared, quantizer.finalize(inplace=False)
+
+
+class TorchSession:
+    """A Session over a torch module (the fake-quantized w8a8 model: parity stand-in on Linux)."""
+
+    cancellable = False
+
+    def __init__(self, module, bucket: dict, label: str):
+        self._module, self._bucket = module, bucket
+        self._names = [t["name"] for t in bucket["inputs"]]
+        self._outs = [t["name"] for t in bucket["outputs"]]
+        self.device = f"torch:cpu ({label})"
+
+    def run(self, feeds, cancel=None):
+        from edge_runtime.devices.base import check_feeds
+
+        check_feeds(feeds, self._bucket)
+        return run(self._module, feeds, self._names, self._outs)
+
+    def info(self) -> dict:
+        return {"device": self.device}
+
+    def close(self) -> None:
+        self._module = None
