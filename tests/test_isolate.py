@@ -7,7 +7,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import edge_runtime as er
