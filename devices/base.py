@@ -64,3 +64,20 @@ def check_feeds(feeds: Mapping[str, np.ndarray], bucket: dict) -> None:
             raise ValueError(f"input {name!r} has shape {list(arr.shape)}, model wants {spec['shape']}")
         if arr.dtype != np.dtype(spec["dtype"]):
             raise ValueError(f"input {name!r} has dtype {arr.dtype}, model wants {spec['dtype']}")
+
+
+def cache_dir(options: dict, kind: str, switch_env: str):
+    """A backend's per-user cache directory (``$EDGE_RUNTIME_CACHE_DIR/<kind>``, default
+    ``~/.cache/edge-runtime/<kind>``), ``options["cache_dir"]`` if given, or None when
+    switched off by ``cache=false`` or ``<switch_env>=0``."""
+    import os
+
+    if options.get("cache") is False or os.environ.get(switch_env, "1").lower() in ("0", "false", "off"):
+        return None
+    if options.get("cache_dir"):
+        return Path(options["cache_dir"])
+    base = os.environ.get("EDGE_RUNTIME_CACHE_DIR")
+    if base:
+        return Path(base) / kind
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg or Path.home() / ".cache") / "edge-runtime" / kind

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from edge_runtime.hardware import has_nvidia_gpu
 
-from .base import Suitability, check_feeds
+from .base import cache_dir as _cache_dir, Suitability, check_feeds
 
 log = logging.getLogger("edge_runtime.onnxruntime")
 
@@ -46,15 +46,7 @@ _QDQ_MARK = b"DequantizeLinear"
 
 def cache_dir(options: dict) -> Path | None:
     """The TensorRT engine cache directory, or None when switched off."""
-    if options.get("cache") is False or os.environ.get("EDGE_RUNTIME_TRT_CACHE", "1").lower() in ("0", "false", "off"):
-        return None
-    if options.get("cache_dir"):
-        return Path(options["cache_dir"])
-    base = os.environ.get("EDGE_RUNTIME_CACHE_DIR")
-    if base:
-        return Path(base) / "tensorrt"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg or Path.home() / ".cache") / "edge-runtime" / "tensorrt"
+    return _cache_dir(options, "tensorrt", "EDGE_RUNTIME_TRT_CACHE")
 
 
 def is_qdq(path: Path) -> bool:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import Suitability, check_feeds
+from .base import cache_dir as _cache_dir, Suitability, check_feeds
 
 log = logging.getLogger("edge_runtime.openvino")
 _DEVICES = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU", "auto": "AUTO"}
@@ -59,15 +59,7 @@ def core():
 
 def cache_dir(options: dict) -> Path | None:
     """The compiled-model cache directory, or None when switched off."""
-    if options.get("cache") is False or os.environ.get("EDGE_RUNTIME_OV_CACHE", "1").lower() in ("0", "false", "off"):
-        return None
-    if options.get("cache_dir"):
-        return Path(options["cache_dir"])
-    base = os.environ.get("EDGE_RUNTIME_CACHE_DIR")
-    if base:
-        return Path(base) / "openvino"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg or Path.home() / ".cache") / "edge-runtime" / "openvino"
+    return _cache_dir(options, "openvino", "EDGE_RUNTIME_OV_CACHE")
 
 
 def choose_precision(options: dict) -> tuple[str, str]:
