@@ -148,10 +148,46 @@ def verify_files(art: Artifact, only: list[str] | None = None) -> None:
         if actual_size != entry["bytes"]:
             raise ArtifactError(f"size mismatch: manifest says {entry['bytes']} bytes, file has {actual_size}",
                                 file=rel, code="artifact_hash_mismatch")
-        digest = sha256_file(p)
+        try:
+            digest = sha256_file(p)
+        except OSError as exc:
+            raise ArtifactError(f"file cannot be read: {exc.strerror or exc}", file=rel,
+                                code="artifact_file_unreadable") from None
         if digest != entry["sha256"]:
             raise ArtifactError(f"sha256 mismatch: manifest {entry['sha256'][:12]}…, file {digest[:12]}…",
                                 file=rel, code="artifact_hash_mismatch")
+
+
+class BackgroundVerify:
+    """``verify_files(art, files)`` on a daemon thread (hashlib releases the GIL on
+    large buffers, so this overlaps a device's compile and warm-up); ``wait()``
+    returns its milliseconds or raises its ``ArtifactError``."""
+
+    def __init__(self, art: Artifact, files: list[str]):
+        import threading
+
+        self._error: BaseException | None = None
+        self._ms = 0.0
+        self._thread = threading.Thread(target=self._run, args=(art, list(files)), daemon=True,
+                                        name="edge-verify")
+        self._thread.start()
+
+    def _run(self, art, files):
+        import time
+
+        t0 = time.perf_counter()
+        try:
+            if files:
+                verify_files(art, files)
+        except BaseException as exc:  # handed to wait()
+            self._error = exc
+        self._ms = (time.perf_counter() - t0) * 1000
+
+    def wait(self) -> float:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._ms
 
 
 def tree_files(root: Path, rel: str) -> list[str]:

@@ -2,10 +2,18 @@
 
 ``manifest.json`` pins everything an inference depends on. This module only
 knows the JSON shape; file verification lives in :mod:`edge_runtime.artifact`.
+
+The manifest seals itself: ``manifest_sha256`` is the sha256 of its own
+content without that key, in canonical JSON (sorted keys, no whitespace,
+ASCII). Every other file is pinned by the manifest, and the seal pins the
+manifest, so a flipped byte anywhere in an artifact is refused at load. The
+seal catches corruption, not an attacker who recomputes it (that needs a
+signature); a re-sealed edit must still pass :func:`validate`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -16,6 +24,7 @@ FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+SEAL = "manifest_sha256"
 
 TASKS = ("text-classification", "text-embedding", "image-classification", "tensors")
 
@@ -60,8 +69,31 @@ def parse(raw: bytes) -> dict:
         raise
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ArtifactError(f"manifest does not parse: {exc}", file=MANIFEST_NAME, code="manifest_unparsable") from None
+    check_seal(data)
     validate(data)
     return data
+
+
+def seal(data: dict) -> str:
+    """sha256 of the manifest's content without its seal, in canonical JSON."""
+    body = {k: v for k, v in data.items() if k != SEAL}
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canon.encode("ascii")).hexdigest()
+
+
+def check_seal(data: Any) -> None:
+    if not isinstance(data, dict):
+        raise ArtifactError("manifest must be an object", file=MANIFEST_NAME, code="manifest_field_invalid")
+    recorded = data.get(SEAL)
+    if recorded is None:
+        raise ArtifactError(f"manifest has no {SEAL} seal (written by hand or by an older edge-runtime?)",
+                            file=MANIFEST_NAME, code="manifest_unsealed")
+    actual = seal(data)
+    if recorded != actual:
+        shown = recorded[:12] if isinstance(recorded, str) else repr(recorded)[:12]
+        raise ArtifactError(f"manifest content does not match its seal ({SEAL} {shown}…, content {actual[:12]}…): "
+                            "the manifest was corrupted or edited", file=MANIFEST_NAME,
+                            code="manifest_seal_mismatch")
 
 
 def _check(obj: Any, spec: dict, where: str) -> None:
@@ -134,5 +166,8 @@ def validate(data: Any) -> None:
 
 
 def dumps(data: dict) -> bytes:
+    """Validated, sealed manifest bytes."""
+    data = {k: v for k, v in data.items() if k != SEAL}
     validate(data)
+    data[SEAL] = seal(data)
     return (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8")

@@ -20,7 +20,7 @@ from edge_runtime.devices import registry
 from edge_runtime.models import get_task
 
 from . import hardware as hw
-from .artifact import load_artifact, variant_files, verify_files
+from .artifact import BackgroundVerify, load_artifact, variant_files, verify_files
 from .errors import (DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout, InputError)
 from .limits import DEFAULT_LIMITS, Limits
 from .metrics import RuntimeMetrics
@@ -53,13 +53,15 @@ class Runtime:
         man = self.artifact.manifest
         self.hardware = hardware if hardware is not None else hw.detect_cached()
         self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target)
-        # verify what this process will run: the chosen variant's files and the shared ones
-        # (tokenizer, labels); `edge-infer inspect` verifies every file
+        # verify what this process will run (the chosen variant's files and the shared ones:
+        # tokenizer, labels) before any of it is read; the other variants' files are hashed
+        # on a thread while the device loads and warms up, and load() refuses the artifact
+        # if any of them is corrupt too: an artifact is one snapshot
         t_verify = time.perf_counter()
         self.verified_files = variant_files(man, self.choice.variant)
         verify_files(self.artifact, self.verified_files)
-        self.artifact.verified = True
         self.artifact.verify_ms = (time.perf_counter() - t_verify) * 1000
+        rest = BackgroundVerify(self.artifact, [f for f in man["files"] if f not in set(self.verified_files)])
         self.variant = self.choice.variant
         self.limits: Limits = DEFAULT_LIMITS.merged(man.get("limits"), source="manifest").merged(limits)
         self.task = get_task(man["task"])(man, self.artifact.read_bytes, self.variant["buckets"])
@@ -108,11 +110,17 @@ class Runtime:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edge-infer")
         self._closed = False
         self._lock = threading.Lock()
-        self.load_ms = (time.perf_counter() - t0) * 1000
         self.warmup_ms: dict[str, float] = {}
-        if warmup:
-            self._warm_up()
-            self._metrics.reset()       # the warm-up call is not traffic
+        try:
+            if warmup:
+                self._warm_up()
+                self._metrics.reset()       # the warm-up call is not traffic
+            self.other_files_verify_ms = rest.wait()     # ArtifactError if another variant is corrupt
+        except BaseException:
+            self.close()
+            raise
+        self.artifact.verified = True
+        self.load_ms = (time.perf_counter() - t0) * 1000
 
     # -- lifecycle ---------------------------------------------------------
     def _warm_up(self):
@@ -372,6 +380,7 @@ class Runtime:
             "limits": self.limits.to_dict(),
             "verify_ms": round(self.artifact.verify_ms, 3),
             "verified_files": len(self.verified_files),
+            "other_files_verify_ms": round(self.other_files_verify_ms, 3),
             "load_ms": round(self.load_ms, 3),
             "warmup_ms": self.warmup_ms,
         }

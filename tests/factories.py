@@ -95,9 +95,15 @@ def png_bytes(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def rewrite_manifest(root, mutate) -> None:
-    """Apply ``mutate(dict)`` to manifest.json without re-hashing anything."""
+def rewrite_manifest(root, mutate, reseal: bool = True) -> None:
+    """Apply ``mutate(dict)`` to manifest.json without re-hashing any file. ``reseal``
+    recomputes the manifest's own seal (a deliberate edit, which validation must
+    still catch); without it the edit looks like corruption."""
+    from edge_runtime.manifest import SEAL, seal
+
     p = Path(root) / "manifest.json"
     data = json.loads(p.read_text())
     mutate(data)
+    if reseal:
+        data[SEAL] = seal(data)
     p.write_text(json.dumps(data))
