@@ -26,17 +26,33 @@ TASKS = ("text-classification", "text-embedding", "image-classification", "tenso
 FAST, LONG = 60, 650          # per (task, strategy): 4 tasks x 4 strategies x 650 > 10,000
 
 
+DEVICE_CALLS = [0]      # FakeSession.run calls while the fuzz runs
+
+
 @pytest.fixture(scope="module")
 def runtimes(tmp_path_factory):
     from factories import make_artifact
 
+    real = FakeSession.run
+
+    def counted(self, *a, **k):
+        DEVICE_CALLS[0] += 1
+        return real(self, *a, **k)
+
     out = {}
-    for task in TASKS:
-        art = make_artifact(tmp_path_factory.mktemp(task.replace("-", "_")), task)
-        out[task] = er.load(art, device="fake", limits={"max_text_chars": 2000, "max_request_bytes": 1 << 20})
-    yield out
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(FakeSession, "run", counted)
+        for task in TASKS:
+            art = make_artifact(tmp_path_factory.mktemp(task.replace("-", "_")), task)
+            out[task] = er.load(art, device="fake", limits={"max_text_chars": 2000, "max_request_bytes": 1 << 20})
+        yield out
     for rt in out.values():
         rt.close()
+
+
+def peak_rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
 
 
 def png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -83,10 +99,12 @@ anything = st.one_of(json_like, texts, images, arrays,
 
 def check(rt, raw):
     t0 = time.perf_counter()
+    calls = DEVICE_CALLS[0]
     try:
         res = rt.infer(raw, deadline_ms=2000)
     except er.InputError as exc:
         assert exc.code and exc.message
+        assert DEVICE_CALLS[0] == calls, f"{exc.code} raised after device work"   # rejected before the device
         res = None
     except Exception as exc:                       # noqa: BLE001 - anything else is the defect
         pytest.fail(f"{rt.artifact.task}: {type(exc).__name__}: {exc} for {raw!r:.200}")
@@ -137,8 +155,10 @@ def test_hostile_inputs_long(runtimes, task, strategy):
         seen.append(1)
         check(runtimes[task], raw)
 
+    before = peak_rss_mb()
     run()
     assert len(seen) >= LONG        # 16 of these: >= 10,400 cases in all
+    assert peak_rss_mb() - before < 256, "a hostile input drove the process's peak memory up"
 
 
 @pytest.mark.parametrize("task", TASKS)
