@@ -36,9 +36,17 @@ class CancelToken:
 
 
 class Watchdog:
+    """A heap of [deadline, seq, token, active] entries. A finished call disarms its
+    entry: the token (and the cancel hooks holding the backend's run options) is
+    dropped at once, and the heap is compacted when most of it is disarmed, so
+    memory tracks the calls in flight, not the calls of the last deadline period."""
+
+    COMPACT_AT = 1024
+
     def __init__(self):
         self._cv = threading.Condition()
         self._heap: list = []
+        self._dead = 0          # disarmed entries still in the heap
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
 
@@ -55,15 +63,28 @@ class Watchdog:
                 self._cv.notify()
         return token, entry
 
-    @staticmethod
-    def disarm(entry: list) -> None:
-        entry[3] = False
+    def disarm(self, entry: list) -> None:
+        with self._cv:
+            if not entry[3]:
+                return              # fired (and popped) already
+            entry[3], entry[2] = False, None
+            self._dead += 1
+            if self._dead >= self.COMPACT_AT and self._dead * 2 > len(self._heap):
+                self._heap = [e for e in self._heap if e[3]]
+                heapq.heapify(self._heap)
+                self._dead = 0
+
+    def pending(self) -> int:
+        """Entries held (armed or disarmed but not yet dropped): bounded by the calls in flight."""
+        with self._cv:
+            return len(self._heap)
 
     def _loop(self) -> None:
         with self._cv:
             while True:
                 while self._heap and not self._heap[0][3]:
                     heapq.heappop(self._heap)
+                    self._dead -= 1
                 if not self._heap:
                     self._cv.wait()
                     continue
@@ -72,8 +93,8 @@ class Watchdog:
                     self._cv.wait(wait)
                     continue
                 entry = heapq.heappop(self._heap)
-                if entry[3]:
-                    entry[2].fire()
+                token, entry[3], entry[2] = entry[2], False, None
+                token.fire()
 
 
 WATCHDOG = Watchdog()

@@ -11,6 +11,26 @@ import pytest
 import edge_runtime as er
 
 
+def test_finished_calls_release_their_watchdog_entries():
+    """Each inline call arms the watchdog. A finished call must drop its token (and the
+    backend's run options its cancel hook holds) at once, not when its deadline passes:
+    with a 5 s deadline at 5,000 calls/s that was 25,000 live RunOptions and +26% RSS."""
+    from edge_runtime.watchdog import Watchdog
+
+    wd = Watchdog()
+    entries = [wd.arm(time.perf_counter() + 60)[1] for _ in range(5000)]
+    for e in entries:
+        wd.disarm(e)
+    assert wd.pending() <= Watchdog.COMPACT_AT and all(e[2] is None for e in entries)
+    token, late = wd.arm(time.perf_counter() + 0.01)
+    fired = []
+    token.on_cancel(lambda: fired.append(1))
+    time.sleep(0.2)
+    assert token.fired and fired == [1] and late[2] is None
+    wd.disarm(late)                               # a call that returns after it fired
+    assert wd.pending() <= Watchdog.COMPACT_AT
+
+
 def test_length_aware_routing(make_artifact):
     with er.load(make_artifact("text-classification", buckets=(8, 16)), device="fake") as rt:
         short = rt.infer("good movie")                      # 4 tokens
