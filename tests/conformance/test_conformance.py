@@ -14,14 +14,14 @@ from edge_runtime.selection import choose, same_device
 
 from .cases import CASES
 
-SLOW = {"onnxruntime-minilm-embed", "onnxruntime-minilm-cls", "openvino-minilm-embed", "openvino-minilm-cls"}
+# cases that export and convert MiniLM: marked at collection, so `-m "not slow"` deselects them
+SLOW = {"onnxruntime-minilm-embed", "onnxruntime-minilm-cls", "openvino-minilm-embed", "openvino-minilm-cls",
+        "coreml-faked-minilm-embed", "coreml-faked-minilm-cls"}
 
 
-@pytest.fixture(params=CASES, ids=[c[0] for c in CASES])
+@pytest.fixture(params=[pytest.param(c, id=c[0], marks=[pytest.mark.slow] if c[0] in SLOW else []) for c in CASES])
 def case(request, make_artifact):
     cid, device, (kind, what), inputs = request.param
-    if cid in SLOW and "slow" not in request.node.keywords:
-        request.applymarker(pytest.mark.slow)
     path = make_artifact(what) if kind == "factory" else request.getfixturevalue(what)
     rt = er.load(path, device=device, strict=True)
     yield device, rt, inputs
