@@ -1,11 +1,12 @@
 """The ``coreml`` target: one ML program ``.mlpackage`` per bucket, int8 weights.
 
 Per bucket: a PyTorch module (``coreml_torch.source_module``: the request's
-TorchScript ``torch_source``, else the fp32 ONNX bucket translated to torch),
-checked against the fp32 ONNX → (``w8a8`` only) calibrated fake-quantization
-→ ``ct.convert(convert_to="mlprogram")`` with the bucket's static shapes and
-the contract's I/O names → (``w8``) ``linear_quantize_weights`` → saved →
-validated from the saved spec (``coreml_spec``).
+``torch_source``, a TorchScript file or a ``torch.export`` program, else the
+fp32 ONNX bucket translated to torch), checked against the fp32 ONNX →
+(``w8a8`` only) calibrated fake-quantization → ``ct.convert(convert_to="mlprogram")``
+with the bucket's static shapes and the contract's I/O names → (``w8``, and
+``w8a8`` from a program for the weights left float, e.g. embedding tables)
+``linear_quantize_weights`` → saved → validated from the saved spec (``coreml_spec``).
 
 Modes (``--recipe``), named in the variant's quantization record:
 
@@ -14,13 +15,15 @@ Modes (``--recipe``), named in the variant's quantization record:
   (float16 by default: what the GPU and Neural Engine run).
 - ``w8a8``: weights and activations int8 (``coremltools.optimize.torch``
   ``LinearQuantizer`` calibrated on the artifact's calibration feeds before
-  conversion). Needs an FX-traceable module: the ONNX route, not TorchScript.
+  conversion). Needs an FX graph: the ONNX route, or a ``torch.export``
+  program (``coreml_export``: linears lifted, SmoothQuant, the recipe's
+  float-input layers named in ``w8a8_recipe``); not TorchScript.
 
 Default: the best mode this host can build for the source: ``w8a8`` on the
-ONNX → torch route (int8 weights and activations, the Neural Engine's
-int8-int8 path, and the only mode whose parity a Linux host can measure,
-on the fake-quantized torch model), ``w8`` for a TorchScript source
-(``w8a8`` cannot be prepared from one).
+ONNX → torch route and from a ``torch.export`` program (int8 weights and
+activations, the Neural Engine's int8-int8 path, and the only mode whose
+parity a Linux host can measure, on the fake-quantized torch model), ``w8``
+for a TorchScript source (``w8a8`` cannot be prepared from one).
 
 Parity: Core ML predicts only on macOS. There the pipeline measures it like
 every target; elsewhere it is recorded as not measured with the reason, and
@@ -30,7 +33,9 @@ as such (``parity.measured_on``).
 Overrides: ``compute_precision`` (float16 | float32), ``minimum_deployment_target``
 (macOS14 default, macOS15, iOS17, iOS18), ``weight_threshold`` (smallest weight
 quantized, elements; default 1: all), ``quantization_scheme`` (w8a8: symmetric |
-affine), ``agreement_tolerance`` (torch vs ONNX source, relative; 1e-3).
+affine), ``agreement_tolerance`` (torch vs ONNX source, relative; 1e-3); from a
+``torch.export`` program, w8a8: ``smoothquant_alpha`` (0.8; 0 turns it off),
+``w8a8_float_inputs`` (ops whose consumer linears keep float inputs; "gelu").
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from pathlib import Path
 from .registry import ConversionFailed
 
 _KNOWN = {"compute_precision", "minimum_deployment_target", "weight_threshold", "quantization_scheme",
-          "agreement_tolerance"}
+          "agreement_tolerance", "smoothquant_alpha", "w8a8_float_inputs"}
 MODES = ("w8", "w8a8")
 ENTRY = "Manifest.json"   # the package file a bucket's "file" names; the rest are its extra_files
 
@@ -74,9 +79,6 @@ class CoremlConverter:
         return (f"Core ML prediction runs only on macOS (this host: {self._system}); coremltools here converts, "
                 "quantizes weights and validates the spec, but cannot run the model")
 
-    def default_recipe(self, task: str) -> str:
-        return "w8" if task.startswith("text-") else "w8a8"
-
     def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict], options: dict) -> dict:
         from .coreml_spec import validate
         from .coreml_torch import agreement, calibrate_w8a8, source_module, torch_feeds
@@ -87,39 +89,57 @@ class CoremlConverter:
         if unknown:
             raise ValueError(f"unknown coreml recipe override(s) {sorted(unknown)} (known: {sorted(_KNOWN)})")
         torch_source = options.get("torch_source")
-        mode = options.get("recipe") or ("w8" if torch_source else "w8a8")
-        if mode not in MODES:
-            raise ValueError(f"unknown coreml mode {mode!r} (known: {', '.join(MODES)})")
+        if options.get("recipe") not in (None, *MODES):
+            raise ValueError(f"unknown coreml mode {options['recipe']!r} (known: {', '.join(MODES)})")
         if not calibration_feeds:
             raise ValueError("no usable calibration samples")
         t0 = time.perf_counter()
         ins, outs = io_specs(fp32_path)
         names = [t["name"] for t in ins]
-        module, route = source_module(Path(fp32_path), torch_source)
+        module, route, kind = source_module(Path(fp32_path), torch_source)
+        mode = options.get("recipe") or ("w8" if kind == "torchscript" else "w8a8")
         agree = agreement(module, Path(fp32_path), calibration_feeds, ins, outs,
                           tolerance=float(overrides.get("agreement_tolerance", 1e-3)))
-        if mode == "w8a8":
+        example = torch_feeds(calibration_feeds[0], names)
+        recipe = None
+        if kind == "export":
+            from .coreml_export import calibrate_w8a8 as calibrate_export
+            from .coreml_export import lift_linears, static_program
+
+            program = static_program(module, example, names)
+            if mode == "w8a8":
+                prepared, module, recipe = calibrate_export(
+                    lift_linears(program.module()), [torch_feeds(f, names) for f in calibration_feeds], overrides)
+                self._stand_ins.append(prepared)
+            else:
+                module = program
+        elif mode == "w8a8":
             prepared, module = calibrate_w8a8(module, calibration_feeds, names, overrides)
             self._stand_ins.append(prepared)
-        mlmodel = self._convert(module, torch_feeds(calibration_feeds[0], names), ins, outs, overrides)
-        if mode == "w8":
+        mlmodel = self._convert(module, example, ins, outs, overrides)
+        if mode == "w8" or kind == "export":   # w8a8 from a program: embedding tables etc. int8 weight-only
             mlmodel = self._quantize_weights(mlmodel, int(overrides.get("weight_threshold", 1)))
         out_path = Path(out_path)
         shutil.rmtree(out_path, ignore_errors=True)
         mlmodel.save(str(out_path))
         seconds = round(time.perf_counter() - t0, 1)
-        report = validate(out_path, ins, outs, mode)
+        floats = recipe["float_input_layers"]["layers"] if recipe else []
+        report = validate(out_path, ins, outs, mode, float_inputs=len(floats))
         precision = overrides.get("compute_precision", "float16")
         return {
-            "scheme": f"coreml {mode}: " + ("int8 weights (coremltools.optimize.coreml.linear_quantize_weights, "
-                                            "linear_symmetric, per channel)" if mode == "w8" else
-                                            "int8 weights and activations (coremltools.optimize.torch "
-                                            "LinearQuantizer, calibrated, before conversion)"),
+            "scheme": f"coreml {mode}: " + (
+                "int8 weights (coremltools.optimize.coreml.linear_quantize_weights, linear_symmetric, per channel)"
+                if mode == "w8" else "int8 weights and activations (coremltools.optimize.torch LinearQuantizer, "
+                "calibrated, before conversion" + ("; linears lifted from the torch.export graph, SmoothQuant; "
+                                                   "weights outside linears int8 weight-only)" if recipe else ")")),
             "mode": mode, "recipe": mode,
             "weights": "int8",
             "activations": (f"{precision} (Core ML compute precision)" if mode == "w8" else
-                            f"int8/uint8 (quantize/dequantize around conv/linear), {precision} between"),
+                            f"int8/uint8 (quantize/dequantize in front of conv/linear), {precision} between"
+                            + (f"; {len(floats)} linear(s) with {precision} inputs by the recipe: "
+                               "w8a8_recipe.float_input_layers" if floats else "")),
             "source": route, "source_agreement": agree,
+            **({"w8a8_recipe": recipe} if recipe else {}),
             "compute_precision": precision,
             "minimum_deployment_target": overrides.get("minimum_deployment_target", "macOS14"),
             "spec_validation": "every bucket, from its saved spec: buckets[].spec_validation",
@@ -140,7 +160,8 @@ class CoremlConverter:
             raise ValueError(f"compute_precision must be float16 or float32, got {precision!r}")
         if not hasattr(ct.target, str(target)):
             raise ValueError(f"unknown minimum_deployment_target {target!r}")
-        if not isinstance(module, torch.jit.ScriptModule):
+        program = isinstance(module, torch.export.ExportedProgram)   # ct.convert takes its inputs from it
+        if not program and not isinstance(module, torch.jit.ScriptModule):
             with torch.no_grad():
                 module = torch.jit.trace(module.eval(), example)
         ct_dtypes = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "int64": np.int32}
@@ -151,8 +172,8 @@ class CoremlConverter:
             with contextlib.redirect_stderr(io.StringIO()):   # progress bars
                 return ct.convert(
                     module, convert_to="mlprogram", minimum_deployment_target=getattr(ct.target, target),
-                    inputs=[ct.TensorType(name=t["name"], shape=tuple(t["shape"]), dtype=ct_dtypes[t["dtype"]])
-                            for t in ins],
+                    inputs=None if program else [ct.TensorType(name=t["name"], shape=tuple(t["shape"]),
+                                                               dtype=ct_dtypes[t["dtype"]]) for t in ins],
                     outputs=[ct.TensorType(name=t["name"], dtype=np.float32) for t in outs],
                     compute_precision={"float16": ct.precision.FLOAT16, "float32": ct.precision.FLOAT32}[precision])
         except Exception as exc:  # noqa: BLE001 - coremltools raises anything on an unsupported graph

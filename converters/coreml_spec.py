@@ -15,7 +15,8 @@ artifact's task contract says:
   blob's metadata records its storage dtype and byte size), so a package whose
   program claims int8 over float bytes is refused too;
 - for ``w8a8``: activations are quantized (``quantize`` ops with int8/uint8
-  output feeding ``dequantize``) in front of every conv/linear.
+  output feeding ``dequantize``) in front of every conv/linear, but exactly the
+  number the recipe keeps float (``float_inputs``; named in the record).
 
 ``validate`` returns the report recorded in the variant and raises
 ``SpecInvalid`` (a ``ConversionFailed``) naming what does not hold.
@@ -91,7 +92,8 @@ def _blob(root: Path, value, cache: dict) -> tuple[str, int] | None:
     return _BLOB_DTYPES.get(dtype, f"code{dtype}"), int(size)
 
 
-def validate(package: Path, inputs: list[dict], outputs: list[dict], mode: str) -> dict:
+def validate(package: Path, inputs: list[dict], outputs: list[dict], mode: str, float_inputs: int = 0) -> dict:
+    """``float_inputs``: w8a8 conv/linear the recipe keeps with float inputs (int8 weights still)."""
     import coremltools as ct
     from coremltools.proto import MIL_pb2
 
@@ -166,9 +168,11 @@ def validate(package: Path, inputs: list[dict], outputs: list[dict], mode: str) 
                             for a in op.inputs["input"].arguments)}
         compute = [op for op in ops if op.type in ("conv", "linear")]
         fed = [op for op in compute if all(a.name in deq_of_q for a in op.inputs["x"].arguments)]
-        activation = {"quantize_ops": len(quant_out), "quantized_inputs": f"{len(fed)}/{len(compute)} conv/linear"}
-        if not quant_out or len(fed) != len(compute):
-            problems.append(f"w8a8 without int8 activations in front of every conv/linear ({activation})")
+        activation = {"quantize_ops": len(quant_out), "quantized_inputs": f"{len(fed)}/{len(compute)} conv/linear",
+                      **({"float_inputs_by_recipe": float_inputs} if float_inputs else {})}
+        if not quant_out or len(fed) != len(compute) - float_inputs:
+            problems.append(f"w8a8 without int8 activations in front of every conv/linear"
+                            f"{' but the recipe float ones' if float_inputs else ''} ({activation})")
     elif histogram.get("quantize"):
         problems.append(f"mode {mode} but the program quantizes activations ({histogram['quantize']} quantize ops)")
     report = {

@@ -3,18 +3,19 @@ agreement with the ONNX source, and ``w8a8`` calibration.
 
 Sources (coremltools 9 converts PyTorch, not ONNX):
 
-- a TorchScript file (``ConvertRequest.torch_source``, e.g. the MiniLM recipe's
-  ``embedding.pt``), used as is; it must take the same inputs as the ONNX source;
+- a TorchScript file or a ``torch.export`` program (``.pt2``, see
+  ``coreml_export``) as ``ConvertRequest.torch_source`` (e.g. the MiniLM
+  recipe's ``embedding.pt2``); it must take the same inputs as the ONNX source;
 - otherwise the fp32 ONNX bucket translated by ``coreml_onnx2torch`` (plain CNN ops).
 
 Either way the module is run against the bucket's fp32 ONNX (onnxruntime) on
 calibration feeds first: a torch source that is not the same model as the
 ONNX source (the parity reference of every target) fails the convert.
 
-``w8a8``: ``coremltools.optimize.torch.quantization.LinearQuantizer`` inserts
-fake-quantize layers (FX graph mode, so only FX-traceable modules: the ONNX
-translation, not a TorchScript file), the calibration feeds run through it with
-observers on and no training, observers are frozen and ``finalize`` gives the
+``w8a8`` (this module: the ONNX translation; ``coreml_export`` for a
+``torch.export`` program): ``coremltools.optimize.torch.quantization.LinearQuantizer``
+inserts fake-quantize layers (FX graph mode, so not from a TorchScript file),
+the calibration feeds run through it with observers on and no training, observers are frozen and ``finalize`` gives the
 quantize/dequantize reference model that ``ct.convert`` turns into int8
 weights and int8/uint8 activations.
 """
@@ -46,20 +47,26 @@ def run(module, feeds: dict, names: list[str], out_names: list[str]) -> dict:
 
 
 def source_module(fp32_onnx: Path, torch_source: Path | None):
-    """(module, route description)."""
+    """(module, route description, kind): kind 'torchscript' | 'export' (a ``torch.export``
+    program: the module is its ``.module()``) | 'onnx'."""
     if torch_source:
         import torch
 
+        from .coreml_export import load_program, source_kind
+
+        name = Path(torch_source).name
+        if source_kind(Path(torch_source)) == "export":
+            return load_program(Path(torch_source)).module(), f"torch.export program {name}", "export"
         try:
             module = torch.jit.load(str(torch_source), map_location="cpu").eval()
         except Exception as exc:  # noqa: BLE001
-            raise ConversionFailed(f"torch source {Path(torch_source).name} does not load as TorchScript: "
+            raise ConversionFailed(f"torch source {name} does not load as TorchScript: "
                                    f"{type(exc).__name__}: {str(exc)[:200]}") from None
-        return module, f"TorchScript {Path(torch_source).name}"
+        return module, f"TorchScript {name}", "torchscript"
     from .coreml_onnx2torch import translate
 
     module, _, _ = translate(fp32_onnx)
-    return module, "ONNX → torch translation (converters/coreml_onnx2torch.py)"
+    return module, "ONNX → torch translation (converters/coreml_onnx2torch.py)", "onnx"
 
 
 def agreement(module, fp32_onnx: Path, feeds: list[dict], inputs: list[dict], outputs: list[dict],
@@ -90,7 +97,8 @@ def calibrate_w8a8(module, feeds: list[dict], names: list[str], overrides: dict)
 
     if isinstance(module, torch.jit.ScriptModule):
         raise ConversionFailed("w8a8 needs an FX-traceable torch module (coremltools.optimize.torch prepares it in "
-                               "FX graph mode); a TorchScript source cannot be prepared: use w8")
+                               "FX graph mode); a TorchScript source cannot be prepared: use w8, or give a "
+                               "torch.export program (.pt2)")
     if not feeds:
         raise ValueError("w8a8 needs calibration samples")
     cfg = LinearQuantizerConfig.from_dict({"global_config": {

@@ -52,7 +52,7 @@ def convert_request(name: str, task: str, out: Path, cache: Path | None = None, 
         kw = dict(source=src / model, task=task, calibration=ZOO / "minilm" / "calibration.txt",
                   tokenizer=src / "tokenizer.json", buckets=[64, 128],
                   labels=(src / "labels.txt") if task == "text-classification" else None,
-                  torch_source=src / model.replace(".onnx", ".pt"))   # the coreml target converts from torch
+                  torch_source=src / model.replace(".onnx", ".pt2"))   # the coreml target converts from torch
     else:
         raise KeyError(f"unknown zoo model {name!r}")
     kw.update(out=Path(out), targets=["onnx-int8"], name=f"{name}-{task}" if name == "minilm" else name)

@@ -39,7 +39,8 @@ def _json_arg(value, what):
 @click.option("--preprocess", help="Image pre-processing JSON (file or text): size, channels, mean, std, layout.")
 @click.option("--recipe", help="Quantization recipe (cnn, transformer, ...).")
 @click.option("--recipe-override", "recipe_overrides", help="JSON object overriding recipe keys.")
-@click.option("--torch-source", type=click.Path(), help="TorchScript twin of SOURCE (the coreml target converts from it).")
+@click.option("--torch-source", type=click.Path(),
+              help="PyTorch twin of SOURCE: TorchScript or a torch.export program (.pt2); coreml converts from it.")
 @click.option("--name", help="Model name (default: source file stem).")
 @click.option("--model-version", default="1", show_default=True)
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")

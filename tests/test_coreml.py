@@ -186,6 +186,76 @@ def test_mismatched_torch_source_is_refused(tmp_path):
                                         "torch_source": tmp_path / "other.pt"})
 
 
+def _digits_program(tmp_path, name="digits.bin"):
+    """digits-cnn as a torch.export program saved under a suffix that says nothing."""
+    import torch
+
+    from edge_runtime.converters.coreml_onnx2torch import translate
+
+    need_coreml()
+    module, _, _ = translate(DIGITS / "model.onnx")
+    torch.export.save(torch.export.export(module.eval(), (torch.zeros(1, 1, 8, 8),)), str(tmp_path / name))
+    return tmp_path / name
+
+
+def _static_digits(tmp_path):
+    """The fp32 bucket the pipeline hands the converter: batch fixed to 1."""
+    import onnx
+
+    model = onnx.load(DIGITS / "model.onnx")
+    for vi in (*model.graph.input, *model.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_value = 1
+    onnx.save(model, tmp_path / "static.onnx")
+    return tmp_path / "static.onnx"
+
+
+def _digits_feeds(n=16):
+    rng = np.random.default_rng(0)
+    return [{"image": rng.random((1, 1, 8, 8), dtype=np.float32)} for _ in range(n)]
+
+
+def test_torch_export_program_source_w8_and_default_w8a8(tmp_path):
+    """A .pt2 (found by its archive, not its suffix) converts through ct.convert(ExportedProgram);
+    its default is w8a8 (lifted conv/linear, calibrated) and both packages validate."""
+    from edge_runtime.converters.coreml import CoremlConverter
+    from edge_runtime.converters.coreml_export import source_kind
+
+    src = _digits_program(tmp_path)
+    assert source_kind(src) == "export"
+    opts = {"task": "image-classification", "work": tmp_path, "torch_source": src}
+    conv, fp32 = CoremlConverter(), _static_digits(tmp_path)
+    w8 = conv.build_bucket(fp32, tmp_path / "w8.mlpackage", _digits_feeds(), {**opts, "recipe": "w8"})
+    assert w8["mode"] == "w8" and w8["source"] == "torch.export program digits.bin"
+    assert w8["source_agreement"]["relative"] < 1e-5 and "w8a8_recipe" not in w8
+    rep = w8["bucket_fields"]["spec_validation"]
+    assert rep["int8_weight_tensors"] == 4 and "quantize" not in rep["op_counts"]
+    assert w8["bucket_fields"]["coreml"]["inputs"] == {"image": "float32"}
+    assert not conv._stand_ins                                 # w8: nothing to measure parity on here
+    dflt = conv.build_bucket(fp32, tmp_path / "d.mlpackage", _digits_feeds(), {**opts, "recipe": None})
+    assert dflt["mode"] == "w8a8" and dflt["w8a8_recipe"]["smoothquant"]["groups"] == 0   # no LayerNorm/GELU
+    rep = dflt["bucket_fields"]["spec_validation"]
+    assert rep["activations"]["quantized_inputs"] == "4/4 conv/linear" and rep["int8_weight_tensors"] == 4
+    assert len(conv._stand_ins) == 1
+
+
+def test_torch_source_that_is_neither_fails_typed(tmp_path):
+    import torch
+
+    from edge_runtime.converters.coreml import CoremlConverter
+    from edge_runtime.converters.registry import ConversionFailed
+
+    need_coreml()
+    (tmp_path / "notes.pt2").write_text("not a model")
+    torch.save({"w": torch.zeros(2)}, tmp_path / "state.pt2")
+    opts = {"task": "image-classification", "work": tmp_path, "recipe": None}
+    for name, why in (("notes.pt2", "not a zip archive"), ("state.pt2", "a torch.save pickle")):
+        with pytest.raises(ConversionFailed, match=f"torch source {name} is neither TorchScript nor a "
+                                                   f"torch.export program \\(.pt2\\): {why}"):
+            CoremlConverter().build_bucket(DIGITS / "model.onnx", tmp_path / "o.mlpackage", _digits_feeds(1),
+                                           {**opts, "torch_source": tmp_path / name})
+    assert not (tmp_path / "o.mlpackage").exists()
+
+
 # -- backend -----------------------------------------------------------------
 
 def test_linux_unavailable_with_reason(coreml_digits_artifact):
@@ -267,26 +337,38 @@ def test_package_with_unlisted_file_or_symlink_is_refused(coreml_digits_artifact
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["text-embedding", "text-classification"])
 def test_minilm_coreml_variants(task, request):
+    """The zoo converts MiniLM from its torch.export program: w8a8 by default, FFN2 inputs float."""
     art = request.getfixturevalue("coreml_minilm_embedding_artifact" if task == "text-embedding"
                                   else "coreml_minilm_classifier_artifact")
     (v,) = _manifest(art)["variants"]
     q = v["quantization"]
-    assert q["mode"] == "w8" and q["source"] in ("TorchScript embedding.pt", "TorchScript classifier.pt")
+    name = "embedding.pt2" if task == "text-embedding" else "classifier.pt2"
+    assert q["mode"] == "w8a8" and q["source"] == f"torch.export program {name}"
     assert q["source_agreement"]["relative"] < 1e-3
+    rec = q["w8a8_recipe"]
+    assert rec["smoothquant"] == {"alpha": 0.8, "groups": 12}          # Q/K/V and FFN1 of 6 layers
+    floats = rec["float_input_layers"]["layers"]
+    assert len(floats) == 6 and all(f.endswith("output.dense.linear") and ".attention." not in f for f in floats)
+    assert rec["fake_quant_vs_finalized"]["relative"] < 0.1
     assert [b["name"] for b in v["buckets"]] == ["seq64", "seq128"]
     out = "last_hidden_state" if task == "text-embedding" else "logits"
+    linears = 36 if task == "text-embedding" else 37                    # + the classifier's label-matrix head
     for b, seq in zip(v["buckets"], (64, 128)):
         assert [t["name"] for t in b["inputs"]] == ["input_ids", "attention_mask", "token_type_ids"]
         assert all(t["dtype"] == "int64" and t["shape"] == [1, seq] for t in b["inputs"])   # the ONNX contract
         assert b["coreml"]["inputs"] == {n: "int32" for n in ("input_ids", "attention_mask", "token_type_ids")}
         assert b["outputs"][0]["name"] == out
         rep = b["spec_validation"]
-        # 36 linear + 3 embedding tables (+ the classifier's label matrix)
-        assert rep["passed"] and rep["int8_weight_tensors"] == (39 if task == "text-embedding" else 40)
+        # every linear's weights + 3 embedding tables int8 (tables weight-only)
+        assert rep["passed"] and rep["int8_weight_tensors"] == linears + 3
         assert rep["int8_weight_elements"] > 22_000_000 and rep["float_constant_elements"] < 100_000
+        assert rep["activations"]["quantized_inputs"] == f"{linears - 6}/{linears} conv/linear"
+        assert rep["activations"]["float_inputs_by_recipe"] == 6 and rep["op_counts"]["quantize"] >= 18
         assert b["package_bytes"] < 30_000_000
-    par = v["parity"]
-    assert par["value"] is None and par["measured"] is False and "macOS" in par["not_measured"]
+    par = v["parity"]      # Core ML cannot run here: measured on the fake-quantized model, labelled so
+    assert par["measured_on"] == "fake-quantized torch model" and par["measured"] == "stand-in"
+    assert "only on macOS" in par["not_measured_on_target"] and par["passed"] is True
+    assert par["value"] >= 0.99 and par["samples"] == (129 if task == "text-embedding" else 872)
 
 
 @pytest.mark.slow
@@ -301,10 +383,19 @@ def test_minilm_embedding_through_faked_boundary(coreml_minilm_embedding_artifac
 
 
 @pytest.mark.slow
-def test_minilm_w8a8_from_torchscript_fails_typed(tmp_path_factory):
+def test_minilm_torchscript_source_w8_and_no_w8a8(tmp_path_factory, minilm_sources):
+    """From the TorchScript twin: w8 converts (parity not measurable here); w8a8 fails typed."""
     from conftest import _convert_minilm
 
     need_coreml()
+    ts = minilm_sources / "embedding.pt"
+    art = _convert_minilm(tmp_path_factory, "text-embedding", targets=("coreml",), torch_source=ts,
+                          buckets=[64])
+    (v,) = _manifest(art)["variants"]
+    assert v["quantization"]["mode"] == "w8" and v["quantization"]["source"] == "TorchScript embedding.pt"
+    rep = v["buckets"][0]["spec_validation"]
+    assert rep["int8_weight_tensors"] == 39 and "quantize" not in rep["op_counts"]
+    assert v["parity"]["value"] is None and v["parity"]["measured"] is False
     with pytest.raises(er.InputError, match="w8a8 needs an FX-traceable torch module") as ei:
-        _convert_minilm(tmp_path_factory, "text-embedding", targets=("coreml",), recipe="w8a8")
+        _convert_minilm(tmp_path_factory, "text-embedding", targets=("coreml",), recipe="w8a8", torch_source=ts)
     assert ei.value.code == "convert_target_failed"

@@ -13,10 +13,11 @@ Writes, into OUT (nothing is downloaded; the weights come from the package):
                    pooling, L2 norm, logits = SCALE * (embedding @ L^T)
                    -> logits float32 [batch, 2]; row c of L is the L2-normalised
                    mean of the normalised embeddings of class c's prompts.
-- embedding.pt,    the same two models as TorchScript, for targets that convert from
-  classifier.pt    PyTorch (Core ML: coremltools reads no ONNX). Traced from
-                   ``PlainBert``, BertModel's forward restated in plain tensor ops
-                   over the same weights (coremltools cannot convert HF's own
+- embedding.pt,    the same two models as TorchScript and as torch.export programs
+  classifier.pt,   (torch.export.save, sequence length dynamic), for targets that
+  embedding.pt2,   convert from PyTorch (Core ML: coremltools reads no ONNX). Both
+  classifier.pt2   from ``PlainBert``, BertModel's forward restated in plain tensor
+                   ops over the same weights (coremltools cannot convert HF's own
                    forward: TorchScript fails on an 'int' op in the embeddings,
                    torch.export on new_ones); checked against BertModel at two
                    lengths (recipe.json "torchscript").
@@ -177,8 +178,9 @@ def plain_bert_class():
     return PlainBert
 
 
-def _save_torchscript(tmp, bert, label_matrix, example, torch) -> dict:
-    """embedding.pt / classifier.pt traced from PlainBert; max abs diff vs BertModel recorded."""
+def _save_torch(tmp, bert, label_matrix, example, torch) -> dict:
+    """embedding.pt / classifier.pt traced from PlainBert, and embedding.pt2 / classifier.pt2
+    (torch.export, dynamic sequence length); max abs diff of each vs BertModel recorded."""
     plain = plain_bert_class()(bert).eval()
 
     class PlainClassifier(torch.nn.Module):
@@ -193,21 +195,27 @@ def _save_torchscript(tmp, bert, label_matrix, example, torch) -> dict:
             e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
             return torch.nn.functional.normalize(e, dim=-1) @ self.label_matrix
 
+    seq = torch.export.Dim("seq", min=2, max=bert.config.max_position_embeddings)
+    dynamic = {n: {1: seq} for n in INPUT_NAMES}
     diffs = {}
     with torch.no_grad():
-        for fname, module in (("embedding.pt", plain), ("classifier.pt", PlainClassifier().eval())):
-            traced = torch.jit.trace(module, example)
-            traced.save(str(tmp / fname))
-        for length in (16, 100):   # the trace must hold at other lengths than the one it was traced at
+        for name, module in (("embedding", plain), ("classifier", PlainClassifier().eval())):
+            torch.jit.trace(module, example).save(str(tmp / f"{name}.pt"))
+            torch.export.save(torch.export.export(module, example, dynamic_shapes=dynamic), str(tmp / f"{name}.pt2"))
+        exported = torch.export.load(str(tmp / "embedding.pt2")).module()
+        for length in (16, 100):   # the trace/export must hold at other lengths than the example's
             ids = torch.randint(1000, 20000, (1, length))
             ids[0, length * 3 // 4:] = 0
             mask = (ids != 0).long()
             ref = bert(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids)).last_hidden_state
-            got = torch.jit.load(str(tmp / "embedding.pt"))(ids, mask, torch.zeros_like(ids))
-            diffs[f"seq{length}"] = float((ref - got).abs().max())
+            traced = torch.jit.load(str(tmp / "embedding.pt"))
+            for fmt, model in (("torchscript", traced), ("export", exported)):
+                got = model(ids, mask, torch.zeros_like(ids))
+                diffs[f"{fmt}_seq{length}"] = float((ref - got).abs().max())
     if max(diffs.values()) > 1e-4:
         raise RuntimeError(f"PlainBert disagrees with BertModel: {diffs}")
-    return {"traced_from": "PlainBert (recipe.py)", "max_abs_diff_vs_bertmodel": diffs}
+    return {"traced_from": "PlainBert (recipe.py)", "export": "torch.export.export, dim 1 dynamic (2..512)",
+            "max_abs_diff_vs_bertmodel": diffs}
 
 
 def build(out_dir, sst2=None) -> dict:
@@ -288,7 +296,7 @@ def build(out_dir, sst2=None) -> dict:
                               output_names=[output], dynamic_axes={**axes, output: out_axes},
                               opset_version=OPSET, dynamo=False, do_constant_folding=True)
             onnx.checker.check_model(str(tmp / fname), full_check=True)
-        torchscript = _save_torchscript(tmp, bert, label_matrix, example, torch)
+        torchscript = _save_torch(tmp, bert, label_matrix, example, torch)
     shutil.copyfile(src / "tokenizer.json", tmp / "tokenizer.json")
     (tmp / "labels.txt").write_text("\n".join(LABELS) + "\n")
     (tmp / "classifier.json").write_text(json.dumps({
