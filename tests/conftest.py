@@ -241,3 +241,15 @@ def coreml_minilm_embedding_artifact(tmp_path_factory):
 def coreml_minilm_classifier_artifact(tmp_path_factory):
     need_coreml()
     return _convert_minilm(tmp_path_factory, "text-classification", targets=("coreml",))
+
+
+@pytest.fixture(scope="session")
+def coreml_faked_minilm_embedding_artifact(coreml_minilm_embedding_artifact, coreml_fake, minilm_sources):
+    add_coreml_twins(coreml_fake, coreml_minilm_embedding_artifact, minilm_sources / "embedding.onnx")
+    return coreml_minilm_embedding_artifact
+
+
+@pytest.fixture(scope="session")
+def coreml_faked_minilm_classifier_artifact(coreml_minilm_classifier_artifact, coreml_fake, minilm_sources):
+    add_coreml_twins(coreml_fake, coreml_minilm_classifier_artifact, minilm_sources / "classifier.onnx")
+    return coreml_minilm_classifier_artifact

@@ -39,4 +39,9 @@ CASES = [
     # w8a8 .mlpackage's spec is read for real, predict runs the fp32 ONNX twin
     ("coreml-faked-digits", "coreml-faked", ("fixture", "coreml_faked_digits_artifact"),
      [DIGIT, np.full((8, 8), 30, np.uint8)]),
+    # MiniLM's coreml packages (spec read for real, int32 token ids fed), each bucket's twin the fp32 ONNX
+    ("coreml-faked-minilm-embed", "coreml-faked", ("fixture", "coreml_faked_minilm_embedding_artifact"),
+     ["Stock market crashes!", "A quiet day of trading ends with small gains for tech shares " * 3]),
+    ("coreml-faked-minilm-cls", "coreml-faked", ("fixture", "coreml_faked_minilm_classifier_artifact"),
+     ["Stock market crashes!", "What a wonderful, uplifting film."]),
 ]
