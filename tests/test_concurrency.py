@@ -5,7 +5,7 @@ serial run's for the same input, and no call may fail.
 
 The conformance suite's concurrency check (4 threads x 10 calls) runs on
 every backend including the faked ones; this is the long version on the real
-ones. The MiniLM text cases (two buckets, the tokenizer path) run 8 x 100
+ones. The MiniLM text cases (two buckets, the tokenizer path) run 8 x 50
 calls: 8,000 would take 3-4 minutes of CI on 2 cores; they are ``slow``."""
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ CASES = [  # id, artifact fixture, device, isolate, inputs, calls per thread
     ("tflite-digits", "tflite_digits_artifact", "tflite", False, _digits, 1000),
     ("tflite-coral-photos", "coral_artifact", "tflite", False, _photos, 1000),
     ("onnxruntime-digits-isolated", "digits_artifact", "onnxruntime", True, _digits, 1000),
-    pytest.param("onnxruntime-minilm", "minilm_embedding_artifact", "onnxruntime", False, _texts, 100,
+    pytest.param("onnxruntime-minilm", "minilm_embedding_artifact", "onnxruntime", False, _texts, 50,
                  marks=pytest.mark.slow),
-    pytest.param("openvino-minilm", "ov_minilm_embedding_artifact", "openvino", False, _texts, 100,
+    pytest.param("openvino-minilm", "ov_minilm_embedding_artifact", "openvino", False, _texts, 50,
                  marks=pytest.mark.slow),
 ]
 
