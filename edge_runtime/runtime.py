@@ -22,6 +22,7 @@ from edge_runtime.models import get_task
 from . import hardware as hw
 from .artifact import BackgroundVerify, load_artifact, variant_files, verify_files
 from .errors import (DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout, InputError)
+from .batch_path import run_grouped
 from .limits import DEFAULT_LIMITS, Limits
 from .metrics import RuntimeMetrics
 from .result import InferenceResult
@@ -237,7 +238,7 @@ class Runtime:
                              code="input_too_large", limit=lim.max_request_bytes)
         deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
         if len(items) > 1 and all(hasattr(s, "run_many") for s in self._sessions):
-            return self._infer_many(list(items), lim, deadline)
+            return run_grouped(self, list(items), lim, deadline)
         out = []
         for raw in items:
             t0 = time.perf_counter()
@@ -291,47 +292,6 @@ class Runtime:
         except Exception as exc:
             raise InferenceRuntimeError(f"post-processing failed: {type(exc).__name__}: {exc}",
                                         device=self.device, variant=self.variant["target"]) from exc
-
-    def _infer_many(self, items: list, lim: Limits, deadline) -> list:
-        """Batch path for sessions with ``run_many`` (OpenVINO's AsyncInferQueue).
-
-        Items are prepared first (an input error stays that item's result),
-        grouped per bucket and run together; each group may take at most
-        ``deadline`` per item, as the one-by-one loop would. ``latency_ms`` is
-        the time from the batch start until the item's bucket group finished
-        (items of one group complete together).
-        """
-        if self._closed:
-            raise InferenceRuntimeError("runtime is closed", code="runtime_closed", device=self.device,
-                                        variant=self.variant["target"])
-        t0 = time.perf_counter()
-        out: list = [None] * len(items)
-        groups: dict[int, list] = {}
-        for i, raw in enumerate(items):
-            try:
-                prepared = self._prepare(raw, lim)
-            except EdgeRuntimeError as exc:
-                out[i] = exc
-                continue
-            groups.setdefault(prepared.bucket, []).append((i, prepared))
-        for bucket, members in groups.items():
-            sess = self._sessions[bucket]
-            budget = deadline / 1000 * len(members)
-            try:
-                raw_outs = sess.run_many([p.feeds for _, p in members], timeout_s=budget)
-            except Exception as exc:
-                raw_outs = [exc] * len(members)
-            for (i, prepared), res in zip(members, raw_outs):
-                if isinstance(res, TimeoutError):
-                    out[i] = self._timeout(deadline)
-                elif isinstance(res, BaseException):
-                    out[i] = self._fail(res, prepared)
-                else:
-                    try:
-                        out[i] = self._result(self._finish(res, prepared), prepared, t0, None)
-                    except EdgeRuntimeError as exc:
-                        out[i] = exc
-        return out
 
     def _fail(self, exc, prepared):
         return InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "
