@@ -33,7 +33,7 @@ as such (``parity.measured_on``).
 Overrides: ``compute_precision`` (float16 | float32), ``minimum_deployment_target``
 (macOS14 default, macOS15, iOS17, iOS18), ``weight_threshold`` (smallest weight
 quantized, elements; default 1: all), ``quantization_scheme`` (w8a8: symmetric |
-affine), ``agreement_tolerance`` (torch vs ONNX source, relative; 1e-3); from a
+affine; default symmetric on the ONNX route, affine from a program: see coreml_export), ``agreement_tolerance`` (torch vs ONNX source, relative; 1e-3); from a
 ``torch.export`` program, w8a8: ``smoothquant_alpha`` (0.8; 0 turns it off),
 ``w8a8_float_inputs`` (ops whose consumer linears keep float inputs; "gelu").
 """
