@@ -128,38 +128,6 @@ def infer(artifact, text, image, input_file, device, require_device, device_opti
     _emit(res.to_dict(), as_json, human)
 
 
-@main.command("eval")
-@click.argument("artifact", type=click.Path())
-@click.argument("data", type=click.Path())
-@click.option("--device", default="auto", show_default=True)
-@click.option("--require-device", is_flag=True, help="Fail instead of falling back to another device.")
-@click.option("--device-option", "device_option", multiple=True, help=_DEVICE_OPTION_HELP)
-@click.option("--limit", type=int, help="Use the first N samples only.")
-@click.option("--min-accuracy", type=float, help="Exit 1 when accuracy is below this.")
-@click.option("--json", "as_json", is_flag=True)
-@_guard
-def eval_cmd(artifact, data, device, require_device, device_option, limit, min_accuracy, as_json):
-    """Accuracy and latency of ARTIFACT on labelled DATA (image folder or TSV)."""
-    from .evaluate import evaluate
-    from .runtime import load
-
-    with load(artifact, device=device, strict=require_device, device_options=_device_options(device_option)) as rt:
-        rep = evaluate(rt, data, limit=limit)
-
-    def human(d):
-        p = d["parity"]
-        click.echo(f"accuracy {d['accuracy']:.4f} ({d['correct']}/{d['samples']}) on {d['device']} ({d['target']})")
-        click.echo(f"latency p50 {d['latency_ms']['p50']:.3f} ms, p95 {d['latency_ms']['p95']:.3f} ms")
-        click.echo(f"parity vs fp32 (from the manifest): {p.get('metric')} {p.get('value')} on {p.get('samples')} "
-                   f"samples (budget {p.get('budget')})")
-        if d["errors"]:
-            click.echo(f"errors: {d['errors']}")
-
-    _emit(rep, as_json, human)
-    if min_accuracy is not None and (rep["accuracy"] or 0) < min_accuracy:
-        sys.exit(1)
-
-
 @main.command()
 @click.argument("artifact", type=click.Path())
 @click.option("--json", "as_json", is_flag=True)
@@ -204,6 +172,8 @@ from .cli_score import score_cmd  # noqa: E402
 main.add_command(score_cmd)
 from .cli_bench import bench_cmd  # noqa: E402
 main.add_command(bench_cmd)
+from .cli_eval import eval_cmd  # noqa: E402
+main.add_command(eval_cmd)
 
 if __name__ == "__main__":
     main()
