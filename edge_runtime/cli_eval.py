@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from .cli_common import _guard
+from .errors import EdgeRuntimeError, InputError
 
 
 @click.command("eval")
@@ -15,28 +14,81 @@ from .cli_common import _guard
 @click.option("--device", default="auto", show_default=True)
 @click.option("--require-device", is_flag=True, help="Fail instead of falling back to another device.")
 @click.option("--device-option", "device_option", multiple=True, help="Backend option KEY=VALUE, repeatable.")
-@click.option("--limit", type=int, help="Use the first N samples only.")
-@click.option("--min-accuracy", type=float, help="Exit 1 when accuracy is below this.")
+@click.option("--limit", type=click.IntRange(min=1), help="Use the first N evaluable samples only (a TSV header and "
+                                                          "skipped rows do not count).")
+@click.option("--min-accuracy", type=float, help="Exit 1 when accuracy is below this (the figure and the threshold "
+                                                 "on stderr).")
+@click.option("--fail-on-skip", is_flag=True, help="Exit 2 when any row was skipped (after the report).")
 @click.option("--json", "as_json", is_flag=True)
 @_guard
-def eval_cmd(artifact, data, device, require_device, device_option, limit, min_accuracy, as_json):
-    """Accuracy and latency of ARTIFACT on labelled DATA (image folder or TSV)."""
+def eval_cmd(artifact, data, device, require_device, device_option, limit, min_accuracy, fail_on_skip, as_json):
+    """Accuracy and latency of ARTIFACT on labelled DATA (image folder or TSV).
+
+    DATA: a folder of <label>/<image> files, or a TSV of text<TAB>label lines
+    (label: a name or an index into the artifact's labels; a first line whose
+    label is no label is the header).
+
+    \b
+    Examples:
+      edge-infer eval out/digits-int8 models/zoo/digits-cnn/held_out
+      edge-infer eval ART ../shared/data/text/sst2/dev.tsv --limit 100 --json
+      edge-infer eval ART held_out --min-accuracy 0.97 --fail-on-skip
+
+    \b
+    Rows that cannot be evaluated (no tab, an unknown label, an image in a
+    folder that is no label, ...) are skipped, counted by reason and shown
+    with their line number or path; accuracy is over the evaluated rows
+    (an inference error counts as wrong), the skipped ones are reported
+    beside it.
+
+    \b
+    Exit codes: 0 ok; 1 accuracy under --min-accuracy (eval_below_min_accuracy);
+    2 nothing could be evaluated (eval_nothing_evaluated, eval_data_empty) or,
+    with --fail-on-skip, a row was skipped (eval_rows_skipped); 3/4/5/6 the
+    artifact's, device's, timeout's, runtime's errors.
+    """
     from .cli import _device_options, _emit
+    from .cli_score import error_json, exit_with
     from .evaluate import evaluate
     from .runtime import load
 
     with load(artifact, device=device, strict=require_device, device_options=_device_options(device_option)) as rt:
         rep = evaluate(rt, data, limit=limit)
+    sk, problem = rep["skipped"], None
+    if fail_on_skip and sk["count"]:
+        problem = InputError(f"{sk['count']} rows skipped ({', '.join(f'{k} {v}' for k, v in sk['by_reason'].items())})"
+                             f" and --fail-on-skip was given", code="eval_rows_skipped")
+    elif min_accuracy is not None and rep["accuracy"] < min_accuracy:
+        problem = EdgeRuntimeError(f"accuracy {rep['accuracy']:.4f} ({rep['correct']}/{rep['samples']}) is below "
+                                   f"--min-accuracy {min_accuracy:g}", code="eval_below_min_accuracy")
+    if as_json:
+        rep["error"] = None if problem is None else error_json(problem)
+    _emit(rep, as_json, _human)
+    if problem is not None:
+        exit_with(problem)
 
-    def human(d):
-        p = d["parity"]
-        click.echo(f"accuracy {d['accuracy']:.4f} ({d['correct']}/{d['samples']}) on {d['device']} ({d['target']})")
-        click.echo(f"latency p50 {d['latency_ms']['p50']:.3f} ms, p95 {d['latency_ms']['p95']:.3f} ms")
-        click.echo(f"parity vs fp32 (from the manifest): {p.get('metric')} {p.get('value')} on {p.get('samples')} "
-                   f"samples (budget {p.get('budget')})")
-        if d["errors"]:
-            click.echo(f"errors: {d['errors']}")
 
-    _emit(rep, as_json, human)
-    if min_accuracy is not None and (rep["accuracy"] or 0) < min_accuracy:
-        sys.exit(1)
+def _where(ex: dict) -> str:
+    return ex["path"] if "path" in ex else f"line {ex.get('line')}"
+
+
+def _human(d: dict) -> None:
+    p, sk, lat = d["parity"], d["skipped"], d["latency_ms"]
+    click.echo(f"accuracy {d['accuracy']:.4f} ({d['correct']}/{d['samples']}) on {d['device']} ({d['target']})"
+               + (f"; {sk['count']} rows skipped, not in it" if sk["count"] else ""))
+    if lat["p50"] is None:
+        click.echo("latency: none (every sample failed)")
+    else:
+        click.echo(f"latency p50 {lat['p50']:.3f} ms, p95 {lat['p95']:.3f} ms")
+    click.echo(f"parity vs fp32 (from the manifest): {p.get('metric')} {p.get('value')} on {p.get('samples')} "
+               f"samples (budget {p.get('budget')})")
+    if d["errors"]:
+        click.echo("errors (counted as wrong): " + ", ".join(f"{k} {v}" for k, v in d["errors"].items()))
+        for ex in d.get("error_examples", []):
+            click.echo(f"  {_where(ex)}: {ex['code']}: {ex['message']}")
+    if sk["count"]:
+        click.echo(f"skipped {sk['count']} rows: " + ", ".join(f"{k} {v}" for k, v in sk["by_reason"].items()))
+        for ex in sk["examples"]:
+            click.echo(f"  {_where(ex)}: {ex['reason']}" + (f": {ex['detail']}" if ex["detail"] else ""))
+    if d.get("header"):
+        click.echo(f"header: line {d['header']['line']} {d['header']['text']!r} (not a sample)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import click
 
 from .cli_common import _guard
+from .errors import InputError
 
 DEFAULT_FIELD = {"text-classification": "text", "text-embedding": "text", "image-classification": "image",
                  "tensors": "inputs"}
@@ -17,45 +19,120 @@ DEFAULT_FIELD = {"text-classification": "text", "text-embedding": "text", "image
 @click.command("score")
 @click.argument("artifact", type=click.Path())
 @click.argument("input_path", metavar="INPUT", type=click.Path())
-@click.option("-o", "--output", "output", required=True, type=click.Path(), help="Output JSONL, one line per input.")
+@click.option("-o", "--output", "output", required=True, type=click.Path(allow_dash=True),
+              help="Output JSONL, one line per input; '-' writes the lines to stdout (the summary then goes to "
+                   "stderr). A job record OUTPUT.job.json is written beside a file before its first line.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "text", "images"]),
               help="Input format (default: from the suffix; a folder is images).")
 @click.option("--field", help="JSONL field / CSV column holding the input (default: text, image or inputs by task).")
-@click.option("--id-field", help="JSONL field / CSV column holding the record id (default: id, else line number).")
+@click.option("--id-field", help="JSONL field / CSV column holding the record id (default: id). A record without "
+                                 "one gets id null; every line carries its input line number in 'line'.")
 @click.option("--batch-size", default=32, show_default=True, type=int)
 @click.option("--concurrency", default=2, show_default=True, type=int, help="Batches in flight.")
-@click.option("--resume", is_flag=True, help="Continue an interrupted run after its last complete line.")
-@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run after its last complete line; refused "
+                                             "unless the output's job record matches this job.")
+@click.option("--force", is_flag=True, help="Overwrite an existing output (not with --resume).")
+@click.option("--max-error-rate", type=click.FloatRange(0, 1),
+              help="Fail when (rejected + failed) / total is above this fraction (0..1).")
 @click.option("--device", default="auto", show_default=True)
 @click.option("--require-device", is_flag=True, help="Fail instead of falling back to another device.")
 @click.option("--device-option", "device_option", multiple=True, help="Backend option KEY=VALUE, repeatable.")
 @click.option("--deadline-ms", type=int, help="Per-input deadline.")
 @click.option("--quiet", is_flag=True, help="No progress output.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (stdout; stderr with -o -).")
 @_guard
-def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, concurrency, resume, force, device,
-              require_device, device_option, deadline_ms, quiet, as_json):
-    """Score every input of INPUT with ARTIFACT into a JSONL file (exactly one line per input, in order)."""
+def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, concurrency, resume, force,
+              max_error_rate, device, require_device, device_option, deadline_ms, quiet, as_json):
+    """Score every input of INPUT with ARTIFACT into a JSONL file (exactly one line per input, in order).
+
+    Each line: {"index", "id", "line", "ok": true, "result"} or {"index", "id", "line", "ok": false,
+    "error": {"type", "code", "message"}}.
+
+    \b
+    Examples:
+      edge-infer score out/digits-int8 models/zoo/digits-cnn/held_out -o scores.jsonl
+      edge-infer score ART reviews.csv --field review -o scores.jsonl --max-error-rate 0.01
+      edge-infer score ART texts.txt -o - --quiet | jq .result.prediction
+      edge-infer score ART texts.txt -o scores.jsonl --resume     # after a crash or kill -9
+
+    \b
+    --resume checks the job record OUTPUT.job.json: same input content, artifact
+    (manifest_sha256), variant, device, format, field, id field, deadline and
+    device options, or it refuses (exit 2, score_output_mismatch, the
+    differences named). An output without a job record is not resumed
+    (score_resume_unverifiable): start over with --force.
+
+    \b
+    Exit codes: 0 when at least one input succeeded (and the error rate is
+    within --max-error-rate). No input succeeded (score_nothing_succeeded) or
+    the error rate is over --max-error-rate (score_error_rate_exceeded): the
+    exit code of the most frequent error's layer (2 input, 4 device,
+    5 timeout, 6 runtime). An empty input: 2 (score_input_empty).
+    """
     from .cli import _device_options
     from .runtime import load
-    from .score import Progress, score
+    from .score import Progress, job_identity, score, verdict
     from .score_inputs import count_records, read_records
 
+    to_stdout = output == "-"
+    if resume and force:
+        raise InputError("--resume and --force exclude each other: --resume continues the output, --force "
+                         "starts it over", code="score_options_conflict")
+    if resume and to_stdout:
+        raise InputError("--resume needs an output file: '-' (stdout) cannot be resumed",
+                         code="score_options_conflict")
     with load(artifact, device=device, strict=require_device, device_options=_device_options(device_option)) as rt:
         cap = 4 * rt.limits.max_request_bytes + 65536       # a JSON line may escape its text
         records = read_records(input_path, fmt, field=field or DEFAULT_FIELD.get(rt.artifact.task, "text"),
                                id_field=id_field, cap=cap)
+        job = None if to_stdout else job_identity(rt, records.source, deadline_ms=deadline_ms)
         progress = Progress(count_records(input_path, fmt), sys.stderr, enabled=not quiet)
-        summary = score(rt, records, Path(output), batch_size=batch_size, concurrency=concurrency, resume=resume,
-                        force=force, deadline_ms=deadline_ms, progress=progress)
+        summary = score(rt, records, "-" if to_stdout else Path(output), batch_size=batch_size,
+                        concurrency=concurrency, resume=resume, force=force, deadline_ms=deadline_ms,
+                        progress=progress, job=job,
+                        stream=sys.stdout.buffer if to_stdout else None)
         data = dict(summary.to_dict(), device=rt.device, target=rt.variant["target"], output=str(output))
+    problem = verdict(summary, max_error_rate)
+    data["error"] = None if problem is None else error_json(problem)
+    echo = functools.partial(click.echo, err=to_stdout)
     if as_json:
-        click.echo(json.dumps(data, indent=2))
-        return
-    lat = data["latency_ms"]
-    click.echo(f"{data['total']} inputs: {data['ok']} ok, {data['rejected']} rejected, {data['failed']} failed"
-               + (f" (resumed after {data['resumed_from']})" if data["resumed_from"] else ""))
+        echo(json.dumps(data, indent=2))
+    else:
+        _human(data, echo)
+        for w in data["warnings"]:
+            click.echo(f"warning: {w}", err=True)
+    if problem is not None:
+        exit_with(problem)
+
+
+def error_json(exc) -> dict:
+    d = exc.to_dict()
+    return {"type": d["type"], "code": d["code"], "message": d["message"], "details": d.get("details", {})}
+
+
+def exit_with(problem) -> None:
+    """End a command whose report is already printed with ``problem``: one line on stderr and its
+    exit code (under ``--json`` the report carries it as ``"error"``, so stdout stays one document);
+    ``--debug`` re-raises it."""
+    if click.get_current_context().find_root().params.get("debug"):
+        raise problem
+    click.echo(f"error [{problem.code}]: {problem.message}", err=True)
+    sys.exit(problem.exit_code)
+
+
+def _human(data: dict, echo) -> None:
+    dest = "stdout" if data["output"] == "-" else data["output"]
+    echo(f"{data['total']} inputs: {data['ok']} ok, {data['rejected']} rejected, {data['failed']} failed"
+         + (f" (resumed after {data['resumed_from']})" if data["resumed_from"] else ""))
     if data["errors"]:
-        click.echo("errors: " + ", ".join(f"{k} {v}" for k, v in data["errors"].items()))
-    click.echo(f"scored {data['scored']} in {data['wall_s']:.2f} s ({data['throughput_per_s'] or 0:.1f}/s) on "
-               f"{data['device']} ({data['target']}); latency p50 {lat['p50']} ms, p99 {lat['p99']} ms -> {output}")
+        echo("errors: " + ", ".join(f"{k} {v}" for k, v in data["errors"].items()))
+    rate = f"{data['throughput_per_s']:.1f}/s" if data["throughput_per_s"] is not None else "-/s"
+    per = f", {data['wall_ms_per_input']:.3f} ms wall per input" if data["wall_ms_per_input"] is not None else ""
+    echo(f"scored {data['scored']} in {data['wall_s']:.2f} s ({rate}{per}) on {data['device']} ({data['target']}) "
+         f"-> {dest}")
+    lat = data["latency_ms"]
+    if lat["p50"] is None:
+        echo("batch latency: none (no input of this run succeeded)")
+    else:
+        echo(f"batch latency (result latency_ms: from its batch's start, batches of up to {data['batch_size']}): "
+             f"p50 {lat['p50']} ms, p99 {lat['p99']} ms")

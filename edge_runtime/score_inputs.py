@@ -1,14 +1,34 @@
 """Input readers for ``edge-infer score``: JSONL, CSV, plain text, an image folder.
 
-Each reader yields ``Record(index, id, value, error)`` in input order, one per
-input, and never stops on a bad record: an unparsable JSON line, a missing
-field, an over-long line or an undecodable row becomes a record carrying a
-typed ``InputError``, so it still gets its line in the output.
+Each reader yields ``Record(index, id, value, error, line)`` in input order,
+one per input, and never stops on a bad record: an unparsable JSON line, a
+missing field, an over-long line or an undecodable row becomes a record
+carrying a typed ``InputError``, so it still gets its line in the output.
+
+Ids and line numbers:
+
+- ``line`` is the 1-based line of the input file where the record starts
+  (``None`` for an image folder);
+- plain text: ``id`` is the line number (a text line has no other id);
+- JSONL: ``id`` is the record's ``--id-field`` value (default ``id``);
+- CSV/TSV: ``id`` is the ``--id-field`` column (default: the ``id`` column
+  when the header has one);
+- image folder: ``id`` is the path relative to the folder.
+
+A JSONL/CSV record without an id of its own (an unparsable line, an object
+without the id field, a row whose id cell is missing or empty) gets ``id``
+``None``, never its line number: a line number could collide with a real id.
+Its ``line`` says where it was.
+
+``input_fingerprint`` identifies an input for ``score --resume``: size and
+sha256 of a file; for an image folder, the sha256 over the sorted relative
+names, sizes and content hashes of the images the reader would yield.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -27,6 +47,22 @@ class Record:
     id: Any
     value: Any = None
     error: InputError | None = None
+    line: int | None = None          # 1-based line of the input where the record starts
+
+
+class RecordStream:
+    """The iterator ``read_records`` returns; it remembers what it reads (``source``),
+    so ``score()`` can record the job's input without being told."""
+
+    def __init__(self, records: Iterator[Record], source: dict):
+        self._it = iter(records)
+        self.source = source
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Record:
+        return next(self._it)
 
 
 def detect_format(path: Path) -> str:
@@ -66,40 +102,43 @@ def _too_long(cap: int) -> InputError:
 def read_text(path: Path, cap: int) -> Iterator[Record]:
     for i, (line, number) in enumerate(_lines(path, cap)):
         if line is None:
-            yield Record(i, number, error=_too_long(cap))
+            yield Record(i, number, error=_too_long(cap), line=number)
             continue
         try:
-            yield Record(i, number, line.decode("utf-8"))
+            yield Record(i, number, line.decode("utf-8"), line=number)
         except UnicodeDecodeError as exc:
             yield Record(i, number, error=InputError(f"line {number} is not valid UTF-8 ({exc.reason} at byte "
-                                                      f"{exc.start})", code="input_bad_encoding"))
+                                                      f"{exc.start})", code="input_bad_encoding"), line=number)
 
 
 def read_jsonl(path: Path, cap: int, field: str, id_field: str | None) -> Iterator[Record]:
     base = path.parent
+    id_field = id_field or "id"
     for i, (line, number) in enumerate(_lines(path, cap)):
         if line is None:
-            yield Record(i, number, error=_too_long(cap))
+            yield Record(i, None, error=_too_long(cap), line=number)
             continue
         try:
             obj = json.loads(line)
         except (ValueError, RecursionError) as exc:
-            yield Record(i, number, error=InputError(f"line {number} is not JSON: {exc}"[:300], code="input_bad_json"))
+            yield Record(i, None, error=InputError(f"line {number} is not JSON: {exc}"[:300], code="input_bad_json"),
+                         line=number)
             continue
         if not isinstance(obj, dict):
-            yield Record(i, number, error=InputError(f"line {number} is a JSON {type(obj).__name__}, not an object",
-                                                     code="input_bad_json"))
+            yield Record(i, None, error=InputError(f"line {number} is a JSON {type(obj).__name__}, not an object",
+                                                   code="input_bad_json"), line=number)
             continue
-        rid = obj.get(id_field, number) if id_field else obj.get("id", number)
+        rid = obj.get(id_field)
         if not isinstance(rid, (str, int, float, bool)) and rid is not None:
             rid = json.dumps(rid)[:200]
         if field not in obj:
-            yield Record(i, rid, error=InputError(f"line {number} has no field {field!r}", code="input_field_missing"))
+            yield Record(i, rid, error=InputError(f"line {number} has no field {field!r}", code="input_field_missing"),
+                         line=number)
             continue
         value = obj[field]
         if field in ("image", "path", "file") and isinstance(value, str):
             value = str(base / value)          # image paths are relative to the JSONL file
-        yield Record(i, rid, value)
+        yield Record(i, rid, value, line=number)
 
 
 def read_csv(path: Path, cap: int, column: str, id_column: str | None) -> Iterator[Record]:
@@ -117,58 +156,110 @@ def read_csv(path: Path, cap: int, column: str, id_column: str | None) -> Iterat
             raise InputError(f"{path}: no column {column!r} (columns: {', '.join(header)[:300]})",
                              code="input_field_missing")
         col = header.index(column)
-        id_col = header.index(id_column) if id_column and id_column in header else None
-        if id_column and id_col is None:
-            raise InputError(f"{path}: no id column {id_column!r}", code="input_field_missing")
+        if id_column:
+            if id_column not in header:
+                raise InputError(f"{path}: no id column {id_column!r}", code="input_field_missing")
+            id_col = header.index(id_column)
+        else:       # the default: the ``id`` column when there is one (the --id-field help says so)
+            id_col = header.index("id") if "id" in header else None
         i = 0
         while True:
+            start = reader.line_num + 1         # the line this row starts on (a quoted field may span lines)
             try:
                 row = next(reader)
             except StopIteration:
                 return
             except csv.Error as exc:
-                yield Record(i, reader.line_num, error=InputError(f"row at line {reader.line_num}: {exc}",
-                                                                  code="input_bad_csv"))
+                yield Record(i, None, error=InputError(f"row at line {start}: {exc}", code="input_bad_csv"),
+                             line=start)
                 i += 1
                 continue
-            rid = row[id_col] if id_col is not None and id_col < len(row) else reader.line_num
+            rid = row[id_col] if id_col is not None and id_col < len(row) and row[id_col] != "" else None
             if col >= len(row):
-                yield Record(i, rid, error=InputError(f"row at line {reader.line_num} has no {column!r} value",
-                                                      code="input_field_missing"))
+                yield Record(i, rid, error=InputError(f"row at line {start} has no {column!r} value",
+                                                      code="input_field_missing"), line=start)
             else:
-                yield Record(i, rid, row[col])
+                yield Record(i, rid, row[col], line=start)
             i += 1
 
 
-def read_images(path: Path) -> Iterator[Record]:
+def image_files(path: Path) -> list[tuple[str, Path]]:
+    """(relative posix name, path) of every image ``read_images`` yields, in its order."""
     files = []
     for root, dirs, names in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         files += [Path(root) / n for n in sorted(names)
                   if not n.startswith(".") and Path(n).suffix.lower() in IMAGE_SUFFIXES]
-    for i, f in enumerate(sorted(files, key=lambda p: p.relative_to(path).as_posix())):
-        yield Record(i, f.relative_to(path).as_posix(), str(f))
+    return sorted(((f.relative_to(path).as_posix(), f) for f in files), key=lambda t: t[0])
+
+
+def read_images(path: Path) -> Iterator[Record]:
+    for i, (rel, f) in enumerate(image_files(path)):
+        yield Record(i, rel, str(f))
+
+
+def _sha256_file(path: Path) -> tuple[int, str]:
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+            size += len(block)
+    return size, h.hexdigest()
+
+
+def input_fingerprint(path, fmt: str | None = None) -> dict:
+    """What identifies an input across runs (``score --resume``), independent of its path
+    and mtime: ``{"kind": "file", "format", "bytes", "sha256"}`` for a file,
+    ``{"kind": "folder", "format", "files", "bytes", "sha256"}`` for an image folder (the
+    sha256 over each image's relative name, size and sha256, in the reader's order).
+    Anything else (a pipe, a missing path) gets ``sha256`` ``None``: it cannot be checked."""
+    path = Path(path)
+    fmt = fmt or detect_format(path)
+    try:
+        if fmt == "images" and path.is_dir():
+            h, total, n = hashlib.sha256(), 0, 0
+            for rel, f in image_files(path):
+                size, digest = _sha256_file(f)
+                h.update(f"{rel}\0{size}\0{digest}\n".encode("utf-8", "surrogateescape"))
+                total += size
+                n += 1
+            return {"kind": "folder", "format": fmt, "files": n, "bytes": total, "sha256": h.hexdigest()}
+        if path.is_file():
+            size, digest = _sha256_file(path)
+            return {"kind": "file", "format": fmt, "bytes": size, "sha256": digest}
+    except OSError as exc:
+        raise InputError(f"cannot read input {path}: {exc.strerror or exc}", code="input_file_unreadable") from None
+    return {"kind": "other", "format": fmt, "sha256": None}
+
+
+def effective_options(fmt: str, field: str | None, id_field: str | None) -> dict:
+    """The reader options that shape the records of a ``fmt`` input, normalised: the field
+    and id field only where the format reads them, the default id field spelled out."""
+    if fmt in ("jsonl", "csv"):
+        return {"format": fmt, "field": field, "id_field": id_field or "id"}
+    return {"format": fmt, "field": None, "id_field": None}
 
 
 def read_records(path, fmt: str | None = None, *, field: str = "text", id_field: str | None = None,
-                 cap: int = 8 << 20) -> Iterator[Record]:
+                 cap: int = 8 << 20) -> RecordStream:
     path = Path(path)
     if not path.exists():
         raise InputError(f"input {path} does not exist", code="input_missing")
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
         raise InputError(f"unknown input format {fmt!r} ({', '.join(FORMATS)})", code="input_invalid")
+    source = {"path": str(path), **effective_options(fmt, field, id_field)}
     if fmt == "images":
         if not path.is_dir():
             raise InputError(f"{path} is not a folder of images", code="input_invalid")
-        return read_images(path)
+        return RecordStream(read_images(path), source)
     if path.is_dir():
         raise InputError(f"{path} is a folder; --format {fmt} wants a file", code="input_invalid")
     if fmt == "text":
-        return read_text(path, cap)
+        return RecordStream(read_text(path, cap), source)
     if fmt == "jsonl":
-        return read_jsonl(path, cap, field, id_field)
-    return read_csv(path, cap, field, id_field)
+        return RecordStream(read_jsonl(path, cap, field, id_field), source)
+    return RecordStream(read_csv(path, cap, field, id_field), source)
 
 
 def count_records(path, fmt: str | None = None) -> int | None:
@@ -189,4 +280,5 @@ def count_records(path, fmt: str | None = None) -> int | None:
         return None
 
 
-__all__ = ["Record", "read_records", "count_records", "detect_format", "FORMATS"]
+__all__ = ["Record", "RecordStream", "read_records", "count_records", "detect_format", "input_fingerprint",
+           "effective_options", "image_files", "FORMATS"]

@@ -62,7 +62,7 @@ def test_jsonl_bad_records_are_kept_with_their_error(text_art, tmp_path):
     got = lines(out)
     assert len(got) == len(rows) and [g["index"] for g in got] == list(range(len(rows)))
     assert [g["ok"] for g in got] == [True, False, False, False, False, True, False]
-    assert got[0]["id"] == "a" and got[1]["id"] == 2          # the line number when there is no id
+    assert got[0]["id"] == "a" and got[1]["id"] is None and got[1]["line"] == 2   # no id of its own: null, its line in "line"
     codes = [g.get("error", {}).get("code") for g in got]
     assert codes[1] == codes[2] == codes[6] == "input_bad_json"
     assert codes[3] == "input_field_missing" and codes[4] == "input_wrong_type"
