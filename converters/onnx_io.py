@@ -42,3 +42,79 @@ def static_dims(inputs: list[dict], seq_len: int | None = None, overrides: dict 
                                  f"give a static shape with --input-shape {spec['name']}=...")
         out[spec["name"]] = dims
     return out
+
+
+# ops that mean the model is already quantized (ONNX standard and ORT's com.microsoft contrib ops)
+QUANTIZED_OPS = frozenset({
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ConvInteger", "MatMulInteger",
+    "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
+    "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearSoftmax", "QLinearWhere",
+    "QGemm", "QAttention", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "MatMulIntegerToFloat",
+    "MatMulNBits", "QOrderedMatMul"})
+QDQ_MIN_OPSET = 13   # QuantizeLinear/DequantizeLinear take ``axis`` (per-channel weights) from opset 13
+
+
+def _all_nodes(graph):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.g.node:
+                yield from _all_nodes(attr.g)
+            for g in attr.graphs:
+                yield from _all_nodes(g)
+
+
+def read_source(path) -> dict:
+    """Check that ``path`` is a float ONNX model ``convert`` can take; ``{"opset": N}`` (the
+    default domain's) if so. Raises InputError naming the file: a TFLite model (use
+    ``edge-infer import``), anything that does not parse as ONNX, or an already-quantized model."""
+    from pathlib import Path
+
+    from edge_runtime.errors import InputError
+
+    p = Path(path)
+    with open(p, "rb") as f:
+        head = f.read(8)
+    if head[4:8] == b"TFL3":   # the TFLite flatbuffer's file identifier
+        raise InputError(f"{p} is a TFLite model, not ONNX: convert takes a float ONNX model; wrap an existing "
+                         f"quantized .tflite with `edge-infer import {p.name} -o DIR`", code="convert_source_tflite")
+    import onnx
+
+    try:
+        model = onnx.load(str(p), load_external_data=False)
+    except Exception as exc:  # protobuf DecodeError, or a file onnx cannot read
+        raise InputError(f"{p} is not a readable ONNX model ({type(exc).__name__}: {str(exc)[:200]}); "
+                         "convert takes a float ONNX model", code="convert_source_unreadable") from None
+    if not model.ir_version or not model.graph.output or not model.opset_import:
+        raise InputError(f"{p} is not an ONNX model (no IR version, graph outputs or opset); convert takes a "
+                         "float ONNX model", code="convert_source_unreadable")
+    quantized = sorted({n.op_type for n in _all_nodes(model.graph) if n.op_type in QUANTIZED_OPS})
+    if quantized:
+        counts = {}
+        for n in _all_nodes(model.graph):
+            if n.op_type in QUANTIZED_OPS:
+                counts[n.op_type] = counts.get(n.op_type, 0) + 1
+        found = ", ".join(f"{op} x{counts[op]}" for op in quantized)
+        raise InputError(f"{p} is already quantized ({found}); converting it again is refused. Convert the "
+                         "float source model it was quantized from instead (edge-infer import takes "
+                         "quantized .tflite models only)", code="convert_source_quantized", ops=quantized)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None:
+        raise InputError(f"{p} imports no default-domain (ai.onnx) opset; convert takes a float ONNX model",
+                         code="convert_source_unreadable")
+    return {"opset": int(opset)}
+
+
+def upgrade_opset(src, dst, opset: int = QDQ_MIN_OPSET) -> None:
+    """Write ``src`` converted to ``opset`` by ``onnx.version_converter`` (checked in full) to ``dst``.
+    Raises ValueError when the converter cannot."""
+    import onnx
+    from onnx import version_converter
+
+    model = onnx.load(str(src))
+    try:
+        up = version_converter.convert_version(model, opset)
+        onnx.checker.check_model(up, full_check=True)
+    except Exception as exc:  # the converter's own errors (RuntimeError, ValidationError, ...)
+        raise ValueError(f"{type(exc).__name__}: {str(exc)[:300]}") from None
+    onnx.save(up, str(dst))

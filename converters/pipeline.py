@@ -20,17 +20,17 @@ from pathlib import Path
 
 from edge_runtime.artifact import ArtifactWriter, sha256_file
 from edge_runtime.devices import registry
-from edge_runtime.errors import InputError, ParityError
+from edge_runtime.errors import ArtifactError, EdgeRuntimeError, InputError, ParityError
 from edge_runtime.limits import DEFAULT_LIMITS
 from edge_runtime.manifest import FORMAT, FORMAT_VERSION
 from edge_runtime.models import get_task
 
 from . import parity
-from .onnx_io import io_specs, static_dims
+from .onnx_io import QDQ_MIN_OPSET, io_specs, read_source, static_dims, upgrade_opset
 from .parity_trials import Reference, measure_target
 from .registry import ConversionFailed, get_converter
 from .request import (TEXT_TASKS, ConvertRequest, available_targets, check_recipe, check_request,  # noqa: F401
-                      fingerprint, recipe_for, toolchain)
+                      fingerprint, recipe_for, sample_policy, toolchain)
 
 
 def _sections(req: ConvertRequest, writer: ArtifactWriter, outputs: list[dict]) -> tuple[dict, dict]:
@@ -55,8 +55,69 @@ def _sections(req: ConvertRequest, writer: ArtifactWriter, outputs: list[dict]) 
     return pre, post
 
 
+def _load_samples(task_cls, path, what: str) -> list:
+    try:
+        samples = task_cls.load_samples(path)
+    except EdgeRuntimeError:
+        raise
+    except Exception as exc:  # an unreadable/ill-formed file: numpy, zipfile, json, PIL or OS errors
+        raise InputError(f"{what} {path}: cannot read samples ({type(exc).__name__}: {str(exc)[:200]})",
+                         code="convert_calibration_invalid") from None
+    if not samples:
+        raise InputError(f"{what} {path} holds no samples", code="convert_calibration_invalid")
+    return samples
+
+
+def _usable(task, samples, what: str, first_only: bool = False) -> tuple[int, dict | None]:
+    """How many samples the task can prepare for the model (what calibration and parity use),
+    and the first one's feeds; none at all is an InputError quoting why the first failed."""
+    n, first, why = 0, None, None
+    for s in samples:
+        try:
+            prep = task.prepare(s, DEFAULT_LIMITS)
+        except EdgeRuntimeError as exc:
+            why = why or exc.message
+            continue
+        n += 1
+        if first is None:
+            first = prep.feeds
+            if first_only:
+                break
+    if not n:
+        raise InputError(f"none of the {len(samples)} {what} samples fits the model: {why}",
+                         code="convert_calibration_invalid")
+    return n, first
+
+
+def _upgrade_check(original: Path, upgraded: Path, feeds: dict) -> dict:
+    """Run the source as given and as upgraded on one sample: the upgrade must not change the model."""
+    import numpy as np
+    import onnxruntime as ort
+
+    outs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)
+            for p in (original, upgraded)]
+    diff = max((float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0) for a, b in zip(*outs))
+    scale = max((float(np.max(np.abs(a))) if a.size else 0.0) for a in outs[0])
+    return {"max_abs_diff": diff, "max_abs_output": scale, "samples": 1,
+            "passed": bool(diff <= 1e-4 * max(scale, 1.0))}
+
+
+def _policy_fields(policy: dict, side: str) -> dict:
+    """The sample-count policy as recorded next to the count it judged."""
+    rec = policy[side]
+    out = {"min_samples": rec["min_samples"], "warn_below_samples": rec["warn_below"]}
+    if "warning" in rec:
+        out["warning"] = rec["warning"]
+    if rec.get("allow_few_samples"):
+        out["allow_few_samples"] = True
+    return out
+
+
 def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
     check_request(req)
+    source_info = read_source(req.source)   # a TFLite, unparsable or already-quantized source: InputError
+    check_recipe(req)
+    targets, skipped = available_targets(req.targets, progress, allow_skip=req.allow_skip)
     import onnxruntime  # noqa: F401  (the fp32 reference runs on it)
 
     task_cls = get_task(req.task)
@@ -70,9 +131,27 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
     try:
         writer = ArtifactWriter(tmp)
         src_inputs, src_outputs = io_specs(req.source)
+        source, opset = Path(req.source), source_info["opset"]
+        if opset < QDQ_MIN_OPSET:   # QDQ's per-channel axis needs opset 13: upgrade where onnx can
+            progress(f"upgrading the source from opset {opset} to {QDQ_MIN_OPSET} with onnx.version_converter "
+                     "(per-channel QDQ needs it)")
+            source = work / f"source_opset{QDQ_MIN_OPSET}.onnx"
+            try:
+                upgrade_opset(req.source, source, QDQ_MIN_OPSET)
+            except ValueError as exc:
+                raise InputError(f"{req.source} is opset {opset}; int8 QDQ needs opset {QDQ_MIN_OPSET} or later and "
+                                 f"onnx.version_converter cannot upgrade it ({exc}); re-export the model at opset "
+                                 f"{QDQ_MIN_OPSET}+", code="convert_source_opset") from None
 
         progress("fixing static shapes per bucket")
         from .onnx_shapes import fix_input_dims
+
+        def fix(src, dst, dims):
+            try:
+                fix_input_dims(src, dst, dims)
+            except Exception as exc:  # ValueError (bad dims), onnx's ValidationError / InferenceError
+                raise InputError(f"{req.source}: cannot fix static input shapes {dims}: {type(exc).__name__}: "
+                                 f"{str(exc)[:300]}", code="convert_shape_invalid") from None
 
         lengths = req.buckets if req.task in TEXT_TASKS else [None]
         fp32 = []  # (bucket name, fp32 path, bucket spec)
@@ -83,7 +162,9 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
                 raise InputError(str(exc), code="convert_shape_dynamic") from None
             bname = f"seq{seq}" if seq else "static"
             path = work / f"fp32_{bname}.onnx"
-            fix_input_dims(req.source, path, dims)
+            fix(source, path, dims)
+            if source != Path(req.source) and not fp32:   # the source as given, to check the upgrade against
+                fix(req.source, work / "fp32_original.onnx", dims)
             ins, outs = io_specs(path)
             fp32.append((bname, path, {"name": bname, "file": "", "inputs": ins, "outputs": outs}))
 
@@ -94,15 +175,19 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
             return (tmp / rel).read_bytes()
 
         ref_buckets = [b for _, _, b in fp32]
-        task_ref = task_cls(draft, read, ref_buckets)
+        try:
+            task_ref = task_cls(draft, read, ref_buckets)
+        except ArtifactError as exc:   # the contract refuses what the caller gave (labels, preprocess): theirs
+            raise InputError(f"{exc.message} (from --labels / --preprocess and the source model)",
+                             code=exc.code) from None
 
         progress("loading calibration and held-out samples")
-        samples = task_cls.load_samples(req.calibration)
+        samples = _load_samples(task_cls, req.calibration, "--calibration")
         rng = random.Random(req.seed)
         order = list(range(len(samples)))
         rng.shuffle(order)
         if req.parity_data:
-            held = task_cls.load_samples(req.parity_data)
+            held = _load_samples(task_cls, req.parity_data, "--parity-data")
             calib = [samples[i] for i in order][: req.max_calibration]
             parity_source = f"{Path(req.parity_data).name} ({len(held)} samples)"
         else:
@@ -112,13 +197,25 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
             held = [samples[i] for i in order[:n_held]]
             calib = [samples[i] for i in order[n_held:]][: req.max_calibration]
             parity_source = f"held-out split of {Path(req.calibration).name} ({len(held)} of {len(samples)})"
+        n_calib, _ = _usable(task_ref, calib, "calibration")
+        n_held, _ = _usable(task_ref, held, "held-out parity")
+        policy = sample_policy(req, n_calib, n_held, progress)
+        source_record = {"file": Path(req.source).name, "sha256": sha256_file(req.source), "opset": opset,
+                         "inputs": src_inputs, "outputs": src_outputs}
+        if source != Path(req.source):
+            _, feeds = _usable(task_cls(draft, read, [fp32[0][2]]), calib, "calibration", first_only=True)
+            check = _upgrade_check(work / "fp32_original.onnx", fp32[0][1], feeds)
+            if not check["passed"]:
+                raise InputError(f"{req.source}: the opset {opset} -> {QDQ_MIN_OPSET} upgrade changed the model's "
+                                 f"outputs (max abs diff {check['max_abs_diff']:.3g}); re-export the model at opset "
+                                 f"{QDQ_MIN_OPSET}+", code="convert_source_opset")
+            source_record.update(opset_upgraded_from=opset, opset_upgraded_to=QDQ_MIN_OPSET,
+                                 opset_upgrade={"tool": "onnx.version_converter", "check": check})
 
         ort_backend = registry.get_backend("onnxruntime")
         ref_sessions = [ort_backend.load(p, b, "cpu", {}) for _, p, b in fp32]
         reference = Reference(task_ref, ref_sessions, held, parity_source, req.min_parity)
         variants, failures = [], []
-        check_recipe(req)
-        targets, skipped = available_targets(req.targets, progress)
         for target in targets:
             converter = get_converter(target)
             buckets, quant, parity_files = [], None, []
@@ -171,10 +268,11 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
                 buckets.append(bucket)
             quant = dict(quant)
             quant["calibration"] = {"samples": len(calib), "fingerprint": fingerprint(calib),
-                                    "source": Path(req.calibration).name}
+                                    "source": Path(req.calibration).name, **_policy_fields(policy, "calibration")}
             task_cand = task_cls(draft, read, buckets)
             runtime_opts, par, trials = measure_target(reference, target, converter, tmp, buckets, task_cand,
                                                        quant, parity_files, budget, progress)
+            par.update(_policy_fields(policy, "parity"))
             if par["passed"] is False:
                 failures.append(f"{target}: {par['metric']} {par['value']:.4f} < budget {par['budget']}")
             variant = {"target": target, "buckets": buckets, "quantization": quant, "parity": par,
@@ -191,8 +289,7 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "model": {"name": req.name or Path(req.source).stem, "version": req.version,
-                      "source": {"file": Path(req.source).name, "sha256": sha256_file(req.source),
-                                 "inputs": src_inputs, "outputs": src_outputs}},
+                      "source": source_record},
             "task": req.task,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "files": {},

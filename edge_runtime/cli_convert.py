@@ -12,6 +12,9 @@ import click
 from .cli_common import _guard
 from .errors import InputError
 
+from edge_runtime.converters.request import (MIN_CALIBRATION_SAMPLES, MIN_PARITY_SAMPLES,  # stdlib-only imports
+                                             WARN_CALIBRATION_SAMPLES, WARN_PARITY_SAMPLES)
+
 
 def _json_arg(value, what):
     if value is None:
@@ -29,14 +32,26 @@ def _json_arg(value, what):
 @click.option("-o", "--out", required=True, type=click.Path(), help="Artifact directory to write.")
 @click.option("--task", required=True, type=click.Choice(["text-classification", "text-embedding",
                                                           "image-classification", "tensors"]))
-@click.option("--target", "targets", multiple=True, default=["onnx-int8"], show_default=True)
+@click.option("--target", "targets", multiple=True, default=["onnx-int8"], show_default=True,
+              help="onnx-int8, openvino, tflite-int8, edgetpu, coreml (repeatable: one variant each).")
 @click.option("--calibration", required=True, type=click.Path(), help="txt/JSONL (text), image folder/.npy, .npz.")
 @click.option("--labels", type=click.Path(), help="labels.txt, one label a line.")
 @click.option("--tokenizer", type=click.Path(), help="tokenizer.json (text tasks).")
-@click.option("--buckets", default="64,128", show_default=True, help="Sequence-length buckets (text tasks).")
-@click.option("--min-parity", type=float, help="Parity budget (default 0.99 top-1 agreement / mean cosine).")
+@click.option("--buckets", help="Sequence-length buckets, text tasks only (default 64,128).")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D1,D2,...",
+              help="Static shape for an input with dynamic dims beyond the batch (repeatable).")
+@click.option("--min-parity", type=float, help="Parity budget in (0, 1] (default 0.99 top-1 agreement / mean cosine).")
 @click.option("--parity-data", type=click.Path(), help="Held-out samples for parity (default: a split of --calibration).")
-@click.option("--preprocess", help="Image pre-processing JSON (file or text): size, channels, mean, std, layout.")
+@click.option("--min-calibration-samples", type=int, default=MIN_CALIBRATION_SAMPLES, show_default=True,
+              help=f"Refuse fewer usable calibration samples (warns under {WARN_CALIBRATION_SAMPLES}).")
+@click.option("--min-parity-samples", type=int, default=MIN_PARITY_SAMPLES, show_default=True,
+              help=f"Refuse fewer usable held-out parity samples (warns under {WARN_PARITY_SAMPLES}).")
+@click.option("--allow-few-samples", is_flag=True, help="Under those minimums: warn and convert anyway (recorded).")
+@click.option("--allow-skip", is_flag=True,
+              help="A target whose toolchain is missing here (edgetpu without edgetpu_compiler): skip it and build "
+                   "its fallback (tflite-int8), recorded in skipped_targets, instead of failing.")
+@click.option("--preprocess", help="Image pre-processing JSON (file or text): size, channels, scale, mean, std, "
+                                   "layout, resize, input.")
 @click.option("--recipe", help="Quantization recipe (cnn, transformer, ...).")
 @click.option("--recipe-override", "recipe_overrides", help="JSON object overriding recipe keys.")
 @click.option("--torch-source", type=click.Path(),
@@ -46,28 +61,51 @@ def _json_arg(value, what):
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @_guard
-def convert(source, out, task, targets, calibration, labels, tokenizer, buckets, min_parity, parity_data,
-            preprocess, recipe, recipe_overrides, torch_source, name, model_version, force, as_json):
-    """Convert SOURCE (ONNX) to an int8 static-shape artifact."""
+def convert(source, out, task, targets, calibration, labels, tokenizer, buckets, input_shapes, min_parity,
+            parity_data, min_calibration_samples, min_parity_samples, allow_few_samples, allow_skip, preprocess,
+            recipe, recipe_overrides, torch_source, name, model_version, force, as_json):
+    """Convert SOURCE (a float ONNX model) to an int8 static-shape artifact.
+
+    Parity against the fp32 source is measured on held-out samples and gated:
+    under the budget the convert fails (exit 7) and writes nothing. Bad
+    requests exit 2 with one line naming what to do. A source at opset < 13 is
+    upgraded (recorded in the manifest); an already-quantized ONNX or a TFLite
+    model is refused (`edge-infer import` takes quantized .tflite models).
+
+    \b
+    Examples:
+      edge-infer convert models/zoo/digits-cnn/model.onnx -o out/digits-int8 \\
+          --task image-classification --target onnx-int8 --target openvino \\
+          --calibration models/zoo/digits-cnn/calibration \\
+          --parity-data models/zoo/digits-cnn/held_out \\
+          --labels models/zoo/digits-cnn/labels.txt \\
+          --preprocess models/zoo/digits-cnn/preprocess.json
+      edge-infer convert model.onnx -o out/t --task tensors --calibration feeds.npz
+          (feeds.npz: numpy.savez(F, input_name=array[N, ...]), one array per input)
+    """
     from edge_runtime.converters.pipeline import ConvertRequest, convert as run_convert
     from edge_runtime.errors import ParityError
 
-    try:
-        bucket_list = [int(b) for b in buckets.split(",") if b.strip()]
-    except ValueError:
-        raise InputError(f"--buckets must be integers, got {buckets!r}", code="input_invalid") from None
+    bucket_list = None
+    if buckets is not None:
+        try:
+            bucket_list = [int(b) for b in buckets.split(",") if b.strip()]
+        except ValueError:
+            raise InputError(f"--buckets must be integers, got {buckets!r}", code="convert_buckets_invalid") from None
     req = ConvertRequest(
         source=Path(source), out=Path(out), task=task, targets=list(targets), calibration=Path(calibration),
         labels=Path(labels) if labels else None, tokenizer=Path(tokenizer) if tokenizer else None,
         buckets=bucket_list, min_parity=min_parity, parity_data=Path(parity_data) if parity_data else None,
         preprocess=_json_arg(preprocess, "--preprocess"), name=name, version=model_version, recipe=recipe,
         recipe_overrides=_json_arg(recipe_overrides, "--recipe-override"), force=force,
-        torch_source=Path(torch_source) if torch_source else None)
+        torch_source=Path(torch_source) if torch_source else None, input_shapes=_shapes(input_shapes),
+        min_calibration_samples=min_calibration_samples, min_parity_samples=min_parity_samples,
+        allow_few_samples=allow_few_samples, allow_skip=allow_skip)
     t0 = time.perf_counter()
     quiet = as_json
 
     def progress(step):
-        if not quiet:
+        if not quiet or step.startswith("warning:"):
             click.echo(f"[{time.perf_counter() - t0:6.1f}s] {step}", err=True)
 
     try:
@@ -102,6 +140,21 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
             click.echo(f"{skip['target']}: skipped: {skip['reason']}")
         click.echo(f"wrote {out} in {summary['seconds']} s")
     sys.stdout.flush()
+
+
+def _shapes(pairs) -> dict | None:
+    out = {}
+    for pair in pairs:
+        name, sep, dims = pair.partition("=")
+        try:
+            shape = [int(d) for d in dims.split(",")]
+        except ValueError:
+            shape = None
+        if not sep or not name.strip() or not shape or min(shape) < 1:
+            raise InputError(f"--input-shape {pair!r}: expected NAME=D1,D2,... (positive integers)",
+                             code="convert_shape_invalid")
+        out[name.strip()] = shape
+    return out or None
 
 
 def manifest_parity(manifest: dict, target: str) -> dict:

@@ -289,7 +289,17 @@ def test_edgetpu_target_without_the_compiler_says_so_and_builds_tflite(tmp_path,
 
     if shutil.which("edgetpu_compiler"):
         pytest.skip("a real edgetpu_compiler is on PATH")
-    man = _convert_digits(tmp_path / "a", ["edgetpu"])
+    from edge_runtime.converters.pipeline import convert
+    from edge_runtime.converters.zoo import convert_request
+    from edge_runtime.errors import InputError
+
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("onnx2tf")
+    with pytest.raises(InputError) as err:                                    # refused unless asked to skip
+        convert(convert_request("digits-cnn", "image-classification", tmp_path / "r", targets=["edgetpu"]))
+    assert err.value.code == "convert_target_unavailable" and "edgetpu_compiler" in err.value.message
+    man = convert(convert_request("digits-cnn", "image-classification", tmp_path / "a", targets=["edgetpu"],
+                                  allow_skip=True))
     assert [v["target"] for v in man["variants"]] == ["tflite-int8"]       # never labelled edgetpu
     assert man["skipped_targets"][0]["target"] == "edgetpu"
     assert "edgetpu_compiler is not on PATH" in man["skipped_targets"][0]["reason"]
