@@ -15,26 +15,55 @@ from .cli_common import _guard
 @click.option("-o", "--out", required=True, type=click.Path(), help="Artifact directory to write.")
 @click.option("--task", default="image-classification", show_default=True,
               type=click.Choice(["image-classification", "tensors"]))
-@click.option("--labels", type=click.Path(), help="labels.txt, one label a line.")
+@click.option("--labels", type=click.Path(), help="labels.txt, one label a line (image-classification only).")
 @click.option("--label-offset", type=int, default=0, show_default=True,
               help="Outputs before the first label (a background class missing from the file).")
 @click.option("--resize", default="bilinear-half-pixel", show_default=True,
               type=click.Choice(["bilinear-half-pixel", "bilinear", "nearest", "bicubic"]))
+@click.option("--scale", help="Normalisation: x = (pixel * scale - mean) / std. A number or a fraction "
+                              "(1/255). Default 1/255 once --mean or --std is given.")
+@click.option("--mean", help="Normalisation mean, one value or one per channel (0.485,0.456,0.406), "
+                             "in units of pixel * scale. Default 0.")
+@click.option("--std", help="Normalisation std, one value or one per channel. Default 1.")
 @click.option("--name", help="Model name (default: file stem).")
 @click.option("--model-version", default="1", show_default=True)
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")
 @click.option("--json", "as_json", is_flag=True)
 @_guard
-def import_cmd(model, out, task, labels, label_offset, resize, name, model_version, force, as_json):
-    """Wrap MODEL (.tflite, quantized) into an artifact: hashed, I/O and pre-processing recorded."""
+def import_cmd(model, out, task, labels, label_offset, resize, scale, mean, std, name, model_version, force,
+               as_json):
+    """Wrap MODEL (.tflite, quantized) into an artifact: hashed, I/O and pre-processing recorded.
+
+    \b
+    Examples:
+      edge-infer import mobilenet_v2_1.0_224_quant.tflite -o out/mnv2 --labels imagenet_labels.txt
+      edge-infer import mobilenet_v2_quantized_1x3x224x224.tflite -o out/mnv2-int8 --labels labels.txt \\
+          --scale 1/255 --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225
+      edge-infer import yolov8n_full_integer_quant.tflite -o out/yolo --task tensors
+
+    \b
+    Normalisation: the model sees x = (pixel * scale - mean) / std, quantized with its
+    input tensor's own scale and zero point. Without --scale/--mean/--std: a uint8
+    input takes the pixels as they are (Coral's convention); int8 and float32 inputs
+    take [-1, 1] (pixel / 127.5 - 1), with a warning for int8 naming the range its
+    input quantization covers. A normalisation that the input quantization would clip
+    is refused (exit 2).
+
+    \b
+    An image classifier has one image input and one [1, C] or [C] score output;
+    detectors, segmenters and pose models are refused with the task that fits
+    (import them with --task tensors: outputs dequantized, raw ones kept).
+    """
     from edge_runtime.converters.tflite_import import import_tflite
 
     man = import_tflite(Path(model), Path(out), task=task, labels=Path(labels) if labels else None,
-                        label_offset=label_offset, name=name, version=model_version, force=force, resize=resize)
+                        label_offset=label_offset, name=name, version=model_version, force=force, resize=resize,
+                        scale=scale, mean=mean, std=std)
     v = man["variants"][0]
     b = v["buckets"][0]
     summary = {"artifact": str(out), "target": v["target"], "input": b["inputs"][0], "outputs": b["outputs"],
-               "preprocess": man["preprocess"], "postprocess": man["postprocess"]}
+               "preprocess": man["preprocess"], "postprocess": man["postprocess"],
+               "warnings": man["model"]["source"].get("warnings", [])}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:

@@ -1,4 +1,17 @@
-"""The structured result of one inference."""
+"""The structured result of one inference.
+
+Classifiers' results carry the class index: ``class_id`` (the prediction's)
+and ``top_k``, the ranked ``[{"index", "label", "score"}, ...]``. ``prediction``
+stays the label text and ``scores`` a ``{key: score}`` dict, whose key is the
+label, or ``"label#index"`` for a label the labels file repeats (so two
+classes named alike never overwrite each other). When the runtime does not
+pass ``class_id``/``top_k``/``raw_outputs`` they are taken from what the task
+returned (``scores.class_id``, ``scores.top_k``, ``outputs.raw``).
+
+``outputs`` (tensors task) are the model's outputs dequantized to float32 with
+its own scale and zero point; ``raw_outputs`` are the quantized arrays as the
+model returned them, for the outputs that were dequantized.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +24,7 @@ import numpy as np
 @dataclass(frozen=True)
 class InferenceResult:
     prediction: Any                      # label, or None for embeddings / raw tensors
-    scores: dict[str, float]             # label -> probability (top-k)
+    scores: dict[str, float]             # key (label, or "label#index" if repeated) -> probability (top-k)
     embedding: np.ndarray | None         # text-embedding only
     latency_ms: float                    # raw input in -> result out
     device: str                          # where it actually ran, e.g. "onnxruntime:cpu"
@@ -22,12 +35,26 @@ class InferenceResult:
     bucket: str                          # static-shape bucket used, e.g. "seq64"
     truncated: bool = False              # input longer than the largest bucket
     input_length: int | None = None      # tokens before truncation / decoded pixels (the drift signal)
-    outputs: dict[str, np.ndarray] | None = field(default=None, repr=False)  # tensors task
+    outputs: dict[str, np.ndarray] | None = field(default=None, repr=False)  # tensors task (dequantized)
+    class_id: int | None = None          # classifiers: the prediction's class index
+    top_k: list[dict] | None = None      # classifiers: [{"index", "label", "score"}], best first
+    raw_outputs: dict[str, np.ndarray] | None = field(default=None, repr=False)  # tensors: quantized, as returned
+
+    def __post_init__(self):
+        if self.class_id is None:
+            object.__setattr__(self, "class_id", getattr(self.scores, "class_id", None))
+        if self.top_k is None:
+            object.__setattr__(self, "top_k", getattr(self.scores, "top_k", None))
+        if self.raw_outputs is None:
+            object.__setattr__(self, "raw_outputs", getattr(self.outputs, "raw", None))
 
     def to_dict(self) -> dict:
         out = {
             "prediction": self.prediction,
+            "class_id": None if self.class_id is None else int(self.class_id),
             "scores": {str(k): float(v) for k, v in self.scores.items()},
+            "top_k": None if self.top_k is None else [
+                {"index": int(t["index"]), "label": str(t["label"]), "score": float(t["score"])} for t in self.top_k],
             "embedding": None if self.embedding is None else [float(x) for x in self.embedding],
             "latency_ms": round(float(self.latency_ms), 3),
             "device": self.device,
@@ -40,10 +67,14 @@ class InferenceResult:
             "input_length": None if self.input_length is None else int(self.input_length),
         }
         if self.outputs is not None:
-            out["outputs"] = {
-                k: {"dtype": str(v.dtype), "shape": list(v.shape), "data": np.asarray(v).tolist()}
-                for k, v in self.outputs.items()
-            }
+            out["outputs"] = _arrays(self.outputs)
+        if self.raw_outputs:
+            out["raw_outputs"] = _arrays(self.raw_outputs)
         if isinstance(out["prediction"], (np.generic,)):
             out["prediction"] = out["prediction"].item()
         return out
+
+
+def _arrays(arrays: dict) -> dict:
+    return {k: {"dtype": str(v.dtype), "shape": list(v.shape), "data": np.asarray(v).tolist()}
+            for k, v in arrays.items()}

@@ -283,7 +283,8 @@ class Runtime:
             latency_ms=(time.perf_counter() - t0) * 1000, device=self.device, target=self.variant["target"],
             model=self.artifact.name, version=self.artifact.version, trace_id=trace_id or uuid.uuid4().hex,
             bucket=self.variant["buckets"][prepared.bucket]["name"], truncated=prepared.truncated,
-            input_length=prepared.length, outputs=res.outputs,
+            input_length=prepared.length, outputs=res.outputs, class_id=res.class_id, top_k=res.top_k,
+            raw_outputs=res.raw_outputs,
         )
 
     def _finish(self, outputs, prepared):

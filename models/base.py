@@ -1,13 +1,26 @@
-"""The task contract shared by every task."""
+"""The task contract shared by every task.
+
+Classification results carry the class *index*, not only its label text:
+labels files repeat names (ImageNet's has ``crane`` twice), so a label is not
+a key. ``rank_classes`` returns the prediction's label and ``class_id``, the
+ordered top-k as ``[{"index", "label", "score"}]`` and the ``scores`` dict,
+whose key is the label itself for a unique label and ``"label#index"`` for
+every label the file repeats (both entries kept). ``scores`` is a
+:class:`Scores` (a ``dict``) that also carries ``class_id`` and ``top_k``, so
+code that only passes ``scores`` along keeps the indices.
+"""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from edge_runtime.errors import ArtifactError, InputError
+
+log = logging.getLogger("edge_runtime")
 
 
 @dataclass
@@ -20,12 +33,47 @@ class Prepared:
     length: int | None = None          # tokens / pixels, for the drift histogram
 
 
+class Scores(dict):
+    """``{key: score}`` in rank order (a plain ``dict`` to its users), with the
+    ranking's ``class_id`` (the prediction's index) and ``top_k``
+    (``[{"index", "label", "score"}, ...]``) as attributes."""
+
+    __slots__ = ("class_id", "top_k")
+
+    def __init__(self, items=(), class_id: int | None = None, top_k: list | None = None):
+        super().__init__(items)
+        self.class_id = class_id
+        self.top_k = top_k
+
+
+class Outputs(dict):
+    """``{name: array}`` as a task reports them (dequantized), with ``raw``:
+    the arrays exactly as the model returned them, for the outputs that differ."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, items=(), raw: dict | None = None):
+        super().__init__(items)
+        self.raw = raw
+
+
 @dataclass
 class TaskOutput:
     prediction: Any = None
     scores: dict[str, float] = field(default_factory=dict)
     embedding: np.ndarray | None = None
     outputs: dict[str, np.ndarray] | None = None
+    class_id: int | None = None                  # the prediction's class index (classifiers)
+    top_k: list[dict] | None = None              # [{"index", "label", "score"}], best first
+    raw_outputs: dict[str, np.ndarray] | None = None   # tensors: the model's own (quantized) arrays
+
+    def __post_init__(self):
+        if self.class_id is None:
+            self.class_id = getattr(self.scores, "class_id", None)
+        if self.top_k is None:
+            self.top_k = getattr(self.scores, "top_k", None)
+        if self.raw_outputs is None:
+            self.raw_outputs = getattr(self.outputs, "raw", None)
 
 
 class Task:
@@ -79,6 +127,8 @@ class Task:
         raise ArtifactError(f"model has no output {name!r}", file="manifest.json", code="manifest_field_invalid")
 
     def read_labels(self) -> list[str] | None:
+        """The labels file's non-empty lines; duplicates are kept (each is its own
+        class index) and logged (info: import already warned)."""
         rel = self.post.get("labels")
         if not rel:
             return None
@@ -86,6 +136,9 @@ class Task:
         labels = [line.strip() for line in text.splitlines() if line.strip()]
         if not labels:
             raise ArtifactError("labels file is empty", file=rel, code="artifact_file_invalid")
+        dup = duplicate_labels(labels)
+        if dup:     # import warned and recorded it; at every load it is only logged (info), not printed
+            log.info("%s: %s", rel, describe_duplicates(dup))
         return labels
 
 
@@ -103,28 +156,81 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return (e / e.sum()).astype(np.float32)
 
 
-def top_k_scores(probs: np.ndarray, labels: list[str], k: int | None) -> tuple[str, dict[str, float]]:
+def duplicate_labels(labels: list[str]) -> dict[str, list[int]]:
+    """``{label: [index, ...]}`` for every label that occurs more than once."""
+    seen: dict[str, list[int]] = {}
+    for i, label in enumerate(labels):
+        seen.setdefault(label, []).append(i)
+    return {label: idx for label, idx in seen.items() if len(idx) > 1}
+
+
+def describe_duplicates(dup: dict[str, list[int]], offset: int = 0) -> str:
+    shown = "; ".join(f"{label!r} at classes {', '.join(str(i + offset) for i in idx)}"
+                      for label, idx in list(dup.items())[:5])
+    more = f" and {len(dup) - 5} more" if len(dup) > 5 else ""
+    return (f"{len(dup)} duplicate label(s): {shown}{more}; each class keeps its own entry "
+            f"(scores keys 'label#index' for these)")
+
+
+def score_keys(labels: list[str]) -> list[str]:
+    """The ``scores`` key of each class: the label, or ``"label#index"`` when the label repeats."""
+    dup = duplicate_labels(labels)
+    if not dup:
+        return list(labels)
+    return [f"{label}#{i}" if label in dup else label for i, label in enumerate(labels)]
+
+
+def rank_classes(probs: np.ndarray, labels: list[str], k: int | None, keys: list[str] | None = None):
+    """``(label, class_id, scores, top_k)`` for a 1-D score vector, best first.
+
+    ``keys`` are :func:`score_keys` of ``labels`` (pass them precomputed when
+    ranking many times); ``scores`` is a :class:`Scores` carrying ``class_id``
+    and ``top_k``.
+    """
+    if keys is None:
+        keys = score_keys(labels)
     order = np.argsort(-probs, kind="stable")
     if k:
         order = order[:k]
     values = probs.tolist()              # python floats/ints: indexing numpy scalars one by one is slow
     order = order.tolist()
-    scores = {labels[i]: float(values[i]) for i in order}
-    return labels[order[0]], scores
+    top = [{"index": i, "label": labels[i], "score": float(values[i])} for i in order]
+    class_id = order[0]
+    scores = Scores(((keys[i], t["score"]) for i, t in zip(order, top)), class_id=class_id, top_k=top)
+    return labels[class_id], class_id, scores, top
+
+
+def top_k_scores(probs: np.ndarray, labels: list[str], k: int | None) -> tuple[str, dict[str, float]]:
+    """``(label, scores)``; ``scores`` is a :class:`Scores` (see :func:`rank_classes`)."""
+    label, _, scores, _ = rank_classes(probs, labels, k)
+    return label, scores
+
+
+def _class_of(out: TaskOutput):
+    return out.class_id if out.class_id is not None else out.prediction
 
 
 def classification_parity(reference: list[TaskOutput], candidate: list[TaskOutput]) -> dict:
-    agree = [r.prediction == c.prediction for r, c in zip(reference, candidate)]
+    """Top-1 agreement by class index (label text where a result has no index:
+    duplicated labels must not make two classes agree)."""
+    agree = [_class_of(r) == _class_of(c) for r, c in zip(reference, candidate)]
     diffs = []
     for r, c in zip(reference, candidate):
-        keys = set(r.scores) & set(c.scores)
-        diffs.append(max((abs(r.scores[k] - c.scores[k]) for k in keys), default=0.0))
+        rs, cs = _scores_by_class(r), _scores_by_class(c)
+        keys = set(rs) & set(cs)
+        diffs.append(max((abs(rs[k] - cs[k]) for k in keys), default=0.0))
     return {
         "metric": "top1_agreement",
         "value": float(np.mean(agree)) if agree else None,
         "samples": len(agree),
         "max_score_diff": float(max(diffs)) if diffs else None,
     }
+
+
+def _scores_by_class(out: TaskOutput) -> dict:
+    if out.top_k:
+        return {t["index"]: t["score"] for t in out.top_k}
+    return dict(out.scores)
 
 
 def reject_type(raw, expected: str):

@@ -3,6 +3,23 @@
 Accepts encoded PNG/JPEG/BMP bytes, a file path, or an HxW / HxWxC uint8
 array. Sizes are checked before decoding (encoded bytes, then the header's
 pixel count, so a decompression bomb is refused before it allocates).
+
+Decoding always ends in 8-bit pixels, scaled, never truncated or wrapped:
+16-bit grayscale PNGs (PIL modes ``I;16``, ``I;16B``, ``I``) are scaled by
+255/65535 and rounded; 16-bit RGB/RGBA PNGs come from PIL as their high byte;
+``P`` with transparency, ``LA``, ``PA`` and ``RGBA`` drop their alpha (through
+RGBA, so a palette's colours are kept); CMYK JPEGs go through PIL's CMYK→RGB.
+
+Pre-processing: the pixels ``p`` (0..255, after the resize) are normalised to
+``x = (p * scale - mean[c]) / std[c]`` (``preprocess`` ``scale``/``mean``/
+``std``); an integer input is then quantized with the input tensor's own
+parameters, ``q = clip(round(x / s + z))``. Since ``p`` is an integer, that is
+one 256-entry lookup table per channel (exact, computed in float64). Where
+the quantization of ``x`` IS the pixels (Coral's uint8 models: ``q = p``; or
+``q = p - 128`` for int8) the pixels are cast as they are (``input_plan``
+says which; ``"input": "pixels"`` in old manifests without ``scale``/``mean``/
+``std`` means the default normalisation for the input dtype, see
+:func:`default_normalisation`).
 """
 
 from __future__ import annotations
@@ -70,10 +87,34 @@ def decode(raw, limits, mode: str):
                          code="input_too_many_pixels", limit=limits.max_image_pixels)
     try:
         img.load()
-        return img.convert(mode)
+        return to_8bit(img).convert(mode)
     except Exception as exc:
         raise InputError(f"image data is truncated or corrupt ({type(exc).__name__}: {exc})",
                          code="input_undecodable") from None
+
+
+_WIDE_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+
+
+def to_8bit(img):
+    """A decoded image in an 8-bit mode PIL converts to L/RGB without loss of meaning.
+
+    PIL's own ``convert("L")`` of a 16-bit image clips every value over 255 to
+    white; here 16-bit values are scaled (``round(v * 255 / 65535)``). Alpha is
+    dropped through RGBA so palette transparency does not warn or mis-map.
+    """
+    Image = _pil()
+    if img.mode in _WIDE_MODES:
+        a = np.asarray(img)                      # any byte order; "I" is int32, taken as 16-bit samples
+        if a.dtype.kind != "u":
+            a = np.clip(np.nan_to_num(a), 0, 65535)
+        v = a.astype(np.uint32)
+        v += 128
+        v //= 257                                # round(v * 255 / 65535), exactly (257 is odd: no ties)
+        return Image.fromarray(v.astype(np.uint8), mode="L")
+    if img.mode in ("P", "PA", "LA", "La", "RGBa"):
+        return img.convert("RGBA")
+    return img
 
 
 def _from_array(arr: np.ndarray, limits, mode: str):
@@ -126,13 +167,70 @@ def resize_half_pixel(x: np.ndarray, h: int, w: int) -> np.ndarray:
     return lerp(rows[:, x0], rows[:, x1], wx[None, :, None])
 
 
-def to_tensor(img, pre: dict, spec: dict) -> np.ndarray:
-    """Resize, normalise, lay out and (for integer inputs) quantize.
+def default_normalisation(spec: dict) -> dict:
+    """The normalisation assumed for an input when none is stated.
 
-    ``pre["input"] == "pixels"``: the resized 0..255 pixels *are* the model's
-    quantized input (Coral/TFLite image models: uint8 as is, int8 shifted by
-    128), with no normalisation.
+    - uint8: the pixels are the quantized input (Coral's convention): ``scale``
+      = the input scale ``s``, ``mean`` = ``z * s``, ``std`` = 1, so ``q = p``
+      (an unquantized uint8 input: ``x = p``);
+    - int8 and float32: ``[-1, 1]`` (``p / 127.5 - 1``), quantized with the
+      input's own scale and zero point for int8.
     """
+    dtype = np.dtype(spec["dtype"])
+    s, z = _input_quant(spec)
+    if dtype == np.uint8:
+        return {"scale": float(s), "mean": [float(z * s)], "std": [1.0]}
+    return {"scale": 1 / 127.5, "mean": [1.0], "std": [1.0]}
+
+
+def _input_quant(spec: dict) -> tuple[float, float]:
+    q = spec.get("quantization") or {}
+    s = float(q.get("scale") or 0.0)
+    return (s, float(q.get("zero_point", 0))) if s > 0 else (1.0, 0.0)
+
+
+def normalisation(pre: dict, spec: dict) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(scale, mean[C], std[C])`` for the input, the defaults filled in for an
+    old ``"input": "pixels"`` manifest that recorded none."""
+    if pre.get("input") == "pixels" and not any(k in pre for k in ("scale", "mean", "std")):
+        pre = {**pre, **default_normalisation(spec)}
+    scale = float(pre.get("scale", 1.0 / 255.0))
+    mean = np.asarray(pre.get("mean", [0.0]), dtype=np.float64).reshape(-1)
+    std = np.asarray(pre.get("std", [1.0]), dtype=np.float64).reshape(-1)
+    return scale, mean, std
+
+
+def quantized_levels(pre: dict, spec: dict, channels: int) -> np.ndarray:
+    """``x / s + z`` for every pixel value 0..255 and channel, unrounded, float64 ``[C, 256]``."""
+    scale, mean, std = normalisation(pre, spec)
+    s, z = _input_quant(spec)
+    p = np.arange(256, dtype=np.float64)
+    c = max(channels, mean.size, std.size)
+    mean, std = np.broadcast_to(mean, (c,)), np.broadcast_to(std, (c,))
+    return ((p[None, :] * scale - mean[:, None]) / std[:, None]) / s + z
+
+
+def input_plan(pre: dict, spec: dict, channels: int = 3):
+    """How pixels become the input tensor: ``("cast", None)`` when the quantized
+    normalised pixels are the pixels (uint8 ``q = p``), ``("shift", None)`` for
+    int8 ``q = p - 128``, ``("lut", table[C, 256])`` for any other integer input,
+    ``("float", None)`` for a float input (normalised in float32)."""
+    dtype = np.dtype(spec["dtype"])
+    if dtype.kind not in "iu":
+        return ("float", None)
+    levels = quantized_levels(pre, spec, channels)
+    p = np.arange(256, dtype=np.float64)
+    if dtype == np.uint8 and np.abs(levels - p).max() < 1e-3:
+        return ("cast", None)
+    if dtype == np.int8 and np.abs(levels - (p - 128)).max() < 1e-3:
+        return ("shift", None)
+    info = np.iinfo(dtype)
+    table = np.clip(np.rint(levels), info.min, info.max).astype(dtype)
+    return ("lut", table)
+
+
+def _pixels(img, pre: dict) -> np.ndarray:
+    """Resized HxWxC pixels, integer-valued (float32 from the half-pixel resize, else uint8)."""
     h, w = pre["size"]
     method = pre.get("resize", "bilinear")
     if method == "bilinear-half-pixel":
@@ -143,35 +241,46 @@ def to_tensor(img, pre: dict, spec: dict) -> np.ndarray:
             x = resize_half_pixel(x, h, w)
             np.clip(x, 0, 255, out=x)
             np.floor(x, out=x)                                   # truncate, as the reference does
-        else:
-            x = x.astype(np.float32)
-    else:
-        if img.size != (w, h):
-            img = img.resize((w, h), resample=_RESAMPLE[method])
-        x = np.asarray(img, dtype=np.float32)
-        if x.ndim == 2:
-            x = x[:, :, None]
-    if pre.get("input") == "pixels":
-        dtype = np.dtype(spec["dtype"])
-        if pre.get("layout", "NHWC") == "NCHW":
-            x = x.transpose(2, 0, 1)
-        x = x[None]
-        return (x - 128).astype(np.int8) if dtype == np.int8 else x.astype(dtype)
-    x = x * float(pre.get("scale", 1.0 / 255.0))
-    mean = np.asarray(pre.get("mean", [0.0]), dtype=np.float32)
-    std = np.asarray(pre.get("std", [1.0]), dtype=np.float32)
-    x = (x - mean) / std
-    if pre.get("layout", "NCHW") == "NCHW":
-        x = x.transpose(2, 0, 1)
-    x = x[None]
+        return x
+    if img.size != (w, h):
+        img = img.resize((w, h), resample=_RESAMPLE[method])
+    x = np.asarray(img)
+    if x.ndim == 2:
+        x = x[:, :, None]
+    return x
+
+
+def to_tensor(img, pre: dict, spec: dict, plan=None) -> np.ndarray:
+    """Resize, normalise, lay out and (for integer inputs) quantize.
+
+    ``plan`` is :func:`input_plan` for ``pre``/``spec`` (computed here when not
+    given; a task computes it once at load).
+    """
+    x = _pixels(img, pre)
+    if plan is None:
+        plan = input_plan(pre, spec, x.shape[2])
+    kind, table = plan
     dtype = np.dtype(spec["dtype"])
-    q = spec.get("quantization")
-    if dtype.kind in "iu":
-        if q:
-            x = np.round(x / float(q["scale"]) + float(q["zero_point"]))
-        info = np.iinfo(dtype)
-        x = np.clip(x, info.min, info.max)
-    return x.astype(dtype)
+    layout = pre.get("layout", "NHWC" if pre.get("input") == "pixels" else "NCHW")
+    if kind == "float":
+        scale, mean, std = normalisation(pre, spec)
+        x = x.astype(np.float32) * np.float32(scale)
+        x = (x - mean.astype(np.float32)) / std.astype(np.float32)
+        out = x
+    elif kind == "cast":
+        out = x.astype(dtype)
+    elif kind == "shift":
+        out = (x.astype(np.int16) - 128).astype(np.int8)
+    else:
+        idx = x.astype(np.uint8)
+        if table.shape[0] == 1:
+            out = table[0][idx]
+        else:
+            out = table[np.arange(idx.shape[2])[None, None, :] % table.shape[0], idx]
+    if layout == "NCHW":
+        out = np.ascontiguousarray(out.transpose(2, 0, 1))
+    out = out[None]
+    return out if out.dtype == dtype else out.astype(dtype)
 
 
 def load_image_samples(path) -> list:

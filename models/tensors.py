@@ -1,4 +1,14 @@
-"""tensors: named numpy arrays in, named arrays out (no pre/post-processing)."""
+"""tensors: named numpy arrays in, named arrays out (no pre/post-processing).
+
+Inputs are fed as given (in the model's own dtype: a quantized input takes
+its integers). Outputs come back as ``res.outputs``: each quantized output
+(an integer tensor with a scale and zero point in the manifest) dequantized
+to float32 with the model's own parameters, ``(q - zero_point) * scale``;
+every other output as the model returned it. The quantized arrays exactly as
+returned are kept in ``res.raw_outputs`` (only the outputs that were
+dequantized; ``None`` when none was). Parity (``compare``) runs on the
+dequantized values.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +16,7 @@ import numpy as np
 
 from edge_runtime.errors import InputError
 
-from .base import Prepared, Task, TaskOutput, reject_type
+from .base import Outputs, Prepared, Task, TaskOutput, dequantize, reject_type
 
 
 class Tensors(Task):
@@ -47,7 +57,17 @@ class Tensors(Task):
         raise InputError("no bucket fits the input: " + "; ".join(errors), code="input_wrong_shape")
 
     def finish(self, outputs, prepared) -> TaskOutput:
-        return TaskOutput(outputs={k: np.asarray(v) for k, v in outputs.items()})
+        specs = {t["name"]: t for t in self.buckets[prepared.bucket]["outputs"]}
+        out, raw = {}, {}
+        for k, v in outputs.items():
+            v = np.asarray(v)
+            spec = specs.get(k)
+            if spec is not None and spec.get("quantization") and v.dtype.kind in "iu":
+                raw[k] = v
+                v = dequantize(v, spec)
+            out[k] = v
+        raw = raw or None
+        return TaskOutput(outputs=Outputs(out, raw=raw), raw_outputs=raw)
 
     @staticmethod
     def compare(reference, candidate) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from edge_runtime.errors import ArtifactError
 
-from .base import TaskOutput, classification_parity, dequantize, softmax, top_k_scores
+from .base import TaskOutput, classification_parity, dequantize, rank_classes, score_keys, softmax
 from .text import TextTask, load_text_samples
 
 
@@ -24,6 +24,7 @@ class TextClassification(TextTask):
         if len(self.labels) != n:
             raise ArtifactError(f"{len(self.labels)} labels for {n} model outputs", file=self.post.get("labels"),
                                 code="artifact_labels_mismatch")
+        self.keys = score_keys(self.labels)          # "label#index" for a repeated label
         self.top_k = self.post.get("top_k")
         self.apply_softmax = self.post.get("softmax", True)
 
@@ -31,5 +32,5 @@ class TextClassification(TextTask):
         spec = self.output_spec(self.output, prepared.bucket)
         logits = dequantize(outputs[self.output], spec).reshape(-1)
         probs = softmax(logits) if self.apply_softmax else logits
-        label, scores = top_k_scores(probs, self.labels, self.top_k)
-        return TaskOutput(prediction=label, scores=scores)
+        label, class_id, scores, top = rank_classes(probs, self.labels, self.top_k, self.keys)
+        return TaskOutput(prediction=label, scores=scores, class_id=class_id, top_k=top)
