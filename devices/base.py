@@ -81,3 +81,30 @@ def cache_dir(options: dict, kind: str, switch_env: str):
         return Path(base) / kind
     xdg = os.environ.get("XDG_CACHE_HOME")
     return Path(xdg or Path.home() / ".cache") / "edge-runtime" / kind
+
+
+def int_option(options: dict, key: str, default=None, *, minimum: int = 0, env: str | None = None):
+    """An integer device option (``threads``, ``max_requests``, ...), or ``default`` when
+    neither the option nor ``env`` is set. A bad value from the caller is an
+    ``InputError`` naming the option ("device option threads must be an integer, got
+    'abc'"); a bad ``env`` value is the operator's, a ``DeviceError`` naming the variable."""
+    import os
+    import re
+
+    from edge_runtime.errors import DeviceError, InputError
+
+    value, what, err = options.get(key), f"device option {key}", InputError
+    if value is None and env and os.environ.get(env):
+        value, what, err = os.environ[env], f"environment variable {env}", DeviceError
+    if value is None:
+        return default
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        value = int(value)
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise err(f"{what} must be an integer, got {value!r}", code="device_option_invalid", option=key)
+    if value < minimum:
+        raise err(f"{what} must be an integer >= {minimum}, got {value!r}", code="device_option_invalid", option=key)
+    return value
+

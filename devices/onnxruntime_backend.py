@@ -28,7 +28,7 @@ from pathlib import Path
 
 from edge_runtime.hardware import has_nvidia_gpu
 
-from .base import cache_dir as _cache_dir, Suitability, check_feeds
+from .base import cache_dir as _cache_dir, Suitability, check_feeds, int_option
 
 log = logging.getLogger("edge_runtime.onnxruntime")
 
@@ -114,9 +114,9 @@ class OnnxRuntimeSession:
                  device_id: int, options: dict, name: str = "onnxruntime"):
         self._ort = ort
         so = ort.SessionOptions()
-        threads = options.get("threads")
+        threads = int_option(options, "threads")
         if threads:
-            so.intra_op_num_threads = int(threads)
+            so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.log_severity_level = 3
@@ -242,8 +242,8 @@ class OnnxRuntimeBackend:
         available = list(ort.get_available_providers())
         wanted = _PROVIDERS[want]
         providers = [p for p in wanted if p in available] or ["CPUExecutionProvider"]
-        if "threads" not in options and os.environ.get("EDGE_RUNTIME_THREADS"):
-            options["threads"] = int(os.environ["EDGE_RUNTIME_THREADS"])
+        # checked before any session is made: a bad value names the option (InputError)
+        options["threads"] = int_option(options, "threads", env="EDGE_RUNTIME_THREADS")
         return OnnxRuntimeSession(ort, Path(model_path), bucket, wanted, providers, device_id, options, self.name)
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import cache_dir as _cache_dir, Suitability, check_feeds
+from .base import cache_dir as _cache_dir, Suitability, check_feeds, int_option
 
 log = logging.getLogger("edge_runtime.openvino")
 _DEVICES = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU", "auto": "AUTO"}
@@ -108,6 +108,10 @@ class OpenVinoSession:
 
     def __init__(self, model_path: Path, bucket: dict, device: str, options: dict):
         ov_device = _DEVICES[device]
+        # integer options checked before any compile: a bad value names the option (InputError)
+        threads = int_option(options, "threads", env="EDGE_RUNTIME_THREADS")
+        max_requests = int_option(options, "max_requests", 8, minimum=1)
+        int_option(options, "jobs", minimum=0)
         self._bucket = bucket
         self._options = options
         self.precision, self.precision_reason = choose_precision(options)
@@ -124,8 +128,8 @@ class OpenVinoSession:
                 self.cache_error = f"model cache off: {exc}"
                 log.warning("openvino %s", self.cache_error)
                 self.cache = None
-        if options.get("threads") or os.environ.get("EDGE_RUNTIME_THREADS"):
-            self._config["INFERENCE_NUM_THREADS"] = int(options.get("threads") or os.environ["EDGE_RUNTIME_THREADS"])
+        if threads:
+            self._config["INFERENCE_NUM_THREADS"] = threads
         self._ov_device = ov_device
         t0 = time.perf_counter()
         # compiling from the path lets a cache hit skip reading and hashing the graph
@@ -153,7 +157,7 @@ class OpenVinoSession:
                              f"{sorted(t['name'] for t in bucket['inputs'])}")
         self._out_idx = [names.index(n) for n in wanted]
         self._out_names = wanted
-        self._pool = _RequestPool(self._compiled, int(options.get("max_requests", 8)))
+        self._pool = _RequestPool(self._compiled, max_requests)
         try:
             executed = list(self._compiled.get_property("EXECUTION_DEVICES"))
         except Exception:
@@ -201,7 +205,7 @@ class OpenVinoSession:
                 ov = _ov()
                 compiled = core().compile_model(self._model, self._ov_device,
                                                 {**self._config, "PERFORMANCE_HINT": "THROUGHPUT"})
-                jobs = int(self._options.get("jobs") or compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+                jobs = int(int_option(self._options, "jobs") or compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
                 self._tp = [compiled, ov.AsyncInferQueue(compiled, max(1, jobs)), threading.Lock(), max(1, jobs)]
             return self._tp
 

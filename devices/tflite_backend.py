@@ -15,16 +15,21 @@ is used to list Edge TPUs when it is importable.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import platform
+import sys
+import tempfile
 import threading
 from pathlib import Path
 
 from edge_runtime.errors import DeviceError
 
-from .base import Suitability, check_feeds
+from .base import Suitability, check_feeds, int_option
 
 EDGETPU_OP = b"edgetpu-custom-op"
+log = logging.getLogger("edge_runtime.tflite")
 _DELEGATE_LIBS = {"Linux": "libedgetpu.so.1", "Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}
 
 
@@ -41,6 +46,75 @@ def interpreter_module():
             return mod, "tflite-runtime"
         except Exception as second:  # noqa: BLE001
             return None, f"no TFLite interpreter (ai-edge-litert: {first}; tflite-runtime: {second})"
+
+
+# LiteRT's native code writes this on fd 2 when an interpreter allocates its tensors;
+# no environment variable turns it off (TF_CPP_MIN_LOG_LEVEL, TFLITE_LOG_LEVEL do not)
+_NATIVE_NOISE = {b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.",
+                 b"INFO: Initialized TensorFlow Lite runtime."}
+_FD2_LOCK = threading.RLock()     # re-entrant: a nested block redirects into the outer one
+
+
+@contextlib.contextmanager
+def quiet_native_stderr():
+    """Drop LiteRT's INFO lines from the process's stderr while the block runs.
+
+    fd 2 is pointed at a temporary file (under a process-wide lock, so two threads
+    making interpreters never interleave their redirects) and restored when the block
+    ends, exception or not; what was written meanwhile, by the native code or by any
+    other thread, is then written to the real stderr, less the known INFO lines (logged
+    at DEBUG instead). Native errors therefore still reach stderr, only later. Without a
+    usable fd 2 or temporary directory the block runs unredirected."""
+    with _FD2_LOCK:
+        saved = tmp = None
+        try:
+            tmp = tempfile.TemporaryFile()
+            saved = os.dup(2)
+        except OSError:
+            if tmp is not None:
+                tmp.close()
+            tmp = None
+        if tmp is None:
+            yield
+            return
+        _flush_stderr()
+        try:
+            os.dup2(tmp.fileno(), 2)
+            try:
+                yield
+            finally:
+                _flush_stderr()
+                os.dup2(saved, 2)
+        finally:
+            os.close(saved)
+            try:
+                tmp.seek(0)
+                captured = tmp.read()
+            finally:
+                tmp.close()
+            _replay(captured)
+
+
+def _flush_stderr() -> None:
+    try:
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - a closed or replaced sys.stderr
+        pass
+
+
+def _replay(captured: bytes) -> None:
+    keep = []
+    for line in captured.splitlines(keepends=True):
+        if line.strip() in _NATIVE_NOISE:
+            log.debug("%s", line.strip().decode("utf-8", "replace"))
+        else:
+            keep.append(line)
+    data = b"".join(keep)
+    while data:
+        try:
+            data = data[os.write(2, data):]
+        except OSError:
+            return
 
 
 def is_edgetpu_model(path: Path) -> bool:
@@ -85,13 +159,14 @@ class TfliteSession:
         self._mod, self.package = mod, pkg
         self._path = str(model_path)
         self._bucket = bucket
-        self._threads = int(options.get("threads") or os.environ.get("EDGE_RUNTIME_THREADS") or os.cpu_count() or 1)
+        # options checked before any interpreter is made: a bad value names the option (InputError)
+        self._threads = int_option(options, "threads", env="EDGE_RUNTIME_THREADS") or os.cpu_count() or 1
         self._delegate_factory = delegate_factory
         self.device = device
         self._lock = threading.Lock()
         self._free = []
         self._made = 0
-        self._limit = max(1, int(options.get("max_interpreters", 2)))
+        self._limit = int_option(options, "max_interpreters", 2, minimum=1)
         self._cv = threading.Condition(self._lock)
         self.cancellable = self.inline = _flag(options.get("inline", inline_default))
         self._free.append(self._new())
@@ -104,8 +179,9 @@ class TfliteSession:
             kw["experimental_delegates"] = [self._delegate_factory()]
         else:
             kw["num_threads"] = self._threads
-        interp = self._mod.Interpreter(**kw)
-        interp.allocate_tensors()
+        with quiet_native_stderr():      # LiteRT's "INFO: Created ... XNNPACK delegate" line
+            interp = self._mod.Interpreter(**kw)
+            interp.allocate_tensors()
         # a converted model's tensors may be named differently from the manifest's
         # (ONNX) names: the bucket maps them
         rename = {v: k for k, v in (self._bucket.get("tensor_names") or {}).items()}

@@ -71,8 +71,11 @@ class TfliteRaw:
         from ai_edge_litert.interpreter import Interpreter
 
         threads = int(options.get("threads") or os.environ.get("EDGE_RUNTIME_THREADS") or os.cpu_count() or 1)
-        self.interp = Interpreter(model_path=path, num_threads=threads)
-        self.interp.allocate_tensors()
+        from edge_runtime.devices.tflite_backend import quiet_native_stderr
+
+        with quiet_native_stderr():      # LiteRT's "Created ... XNNPACK delegate" INFO line
+            self.interp = Interpreter(model_path=path, num_threads=threads)
+            self.interp.allocate_tensors()
         self.ins = {d["name"]: d["index"] for d in self.interp.get_input_details()}
         self.outs = [d["index"] for d in self.interp.get_output_details()]
         self.rename = {}

@@ -2,7 +2,14 @@
 
 Exit codes: 0 ok, 1 unexpected, 2 input (the caller's), 3 artifact,
 4 device, 5 timeout, 6 runtime failure, 7 parity under budget. Errors print
-one line without a traceback unless ``--debug``.
+one line without a traceback unless ``--debug`` (before or after the
+subcommand); under ``--json`` the error is also printed on stdout as
+``{"error": {type, code, message, details}}`` (see ``cli_common``).
+
+``infer`` takes text from ``--text S``, ``--text-file F`` or stdin (``--text -``,
+``--text-file -``), an image, or ``--input`` as JSON, ``.npz`` (named arrays) or
+``.npy`` (one array); ``--limit KEY=VALUE`` lowers a per-call limit (never above
+the artifact's own).
 """
 
 from __future__ import annotations
@@ -13,9 +20,9 @@ from pathlib import Path
 
 import click
 
-from .cli_common import _guard
+from .cli_common import DebugAnywhereGroup, _guard
 from .errors import InputError
-from .limits import DEFAULT_LIMITS, json_depth
+from .limits import DEFAULT_LIMITS, Limits, json_depth
 
 
 def _device_options(pairs) -> dict:
@@ -42,8 +49,8 @@ def _emit(data, as_json: bool, human):
         human(data)
 
 
-@click.group()
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.group(cls=DebugAnywhereGroup)
+@click.option("--debug", is_flag=True, help="Show tracebacks (accepted before or after the subcommand).")
 @click.version_option(package_name="edge-runtime")
 def main(debug):
     """Int8 edge inference: convert models, verify artifacts, run them."""
@@ -52,71 +59,223 @@ def main(debug):
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
-def _read_json_input(path: str):
-    p = Path(path)
+def _limit_overrides(pairs) -> dict:
+    """``--limit KEY=VALUE`` (repeatable): per-call limits, checked for syntax and known
+    keys here and, once the artifact is loaded, never above its own limits."""
+    out = {}
+    known = sorted(Limits().to_dict())
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InputError(f"--limit wants KEY=VALUE, got {pair!r} (valid keys: {', '.join(known)})",
+                             code="input_invalid")
+        if key not in known:
+            raise InputError(f"unknown limit {key!r} (valid keys: {', '.join(known)})", code="limit_unknown")
+        try:
+            out[key] = int(value.strip())
+        except ValueError:
+            raise InputError(f"limit {key} must be a positive integer, got {value!r}", code="limit_invalid") from None
+    Limits().merged(out)            # positive integers only
+    return out
+
+
+def _file_size(path: str, lim: Limits) -> int:
     try:
-        size = p.stat().st_size
+        size = Path(path).stat().st_size
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}", code="input_file_unreadable") from None
-    if size > DEFAULT_LIMITS.max_request_bytes:
-        raise InputError(f"{path} is {size} bytes, over the request limit of {DEFAULT_LIMITS.max_request_bytes}",
-                         code="input_too_large")
-    text = p.read_bytes()
+    if size > lim.max_request_bytes:
+        raise InputError(f"{path} is {size} bytes, over the request limit of {lim.max_request_bytes}",
+                         code="input_too_large", limit=lim.max_request_bytes)
+    return size
+
+
+def _read_text(source: str, lim: Limits) -> str:
+    """``--text-file F`` or ``-`` (stdin): UTF-8, at most the request limit read (a longer
+    stream is refused without reading the rest); one trailing newline is dropped. The
+    character limit is the runtime's, as for ``--text``."""
+    name = "stdin" if source == "-" else source
+    cap = lim.max_request_bytes
+    try:
+        if source == "-":
+            data = sys.stdin.buffer.read(cap + 1)
+        else:
+            with open(source, "rb") as fh:
+                data = fh.read(cap + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read {name}: {exc.strerror or exc}", code="input_file_unreadable") from None
+    if len(data) > cap:
+        raise InputError(f"text from {name} is over the request limit of {cap} bytes", code="input_too_large",
+                         limit=cap)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"text from {name} is not UTF-8: {exc}", code="input_bad_encoding") from None
+    text = text.removeprefix("\ufeff")
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+
+
+def _read_json_input(path: str, lim: Limits = DEFAULT_LIMITS):
+    _file_size(path, lim)
+    text = Path(path).read_bytes()
     # refuse deep nesting before json builds it (json recursion would crash)
     depth = cur = 0
     for ch in text:
         if ch in b"[{":
             cur += 1
             depth = max(depth, cur)
-            if depth > DEFAULT_LIMITS.max_json_depth:
-                raise InputError(f"JSON nested deeper than {DEFAULT_LIMITS.max_json_depth} levels",
-                                 code="input_too_deep")
+            if depth > lim.max_json_depth:
+                raise InputError(f"JSON nested deeper than {lim.max_json_depth} levels", code="input_too_deep")
         elif ch in b"]}":
             cur -= 1
     try:
         data = json.loads(text.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{path} is not valid JSON: {exc}", code="input_bad_json") from None
-    json_depth(data, DEFAULT_LIMITS.max_json_depth)
+    json_depth(data, lim.max_json_depth)
     if isinstance(data, dict) and set(data) == {"inputs"}:
         data = data["inputs"]
     return data
 
 
+def _npy_header(fh, what: str):
+    """(shape, dtype) from a ``.npy`` header, before any data is read."""
+    from numpy.lib import format as npf
+
+    version = npf.read_magic(fh)
+    if version == (1, 0):
+        shape, _, dtype = npf.read_array_header_1_0(fh)
+    elif version == (2, 0):
+        shape, _, dtype = npf.read_array_header_2_0(fh)
+    else:
+        raise ValueError(f"unsupported .npy format version {version}")
+    if dtype.hasobject:
+        raise InputError(f"{what} holds Python objects; only plain numeric arrays are loaded (never pickles)",
+                         code="input_bad_file")
+    return shape, dtype
+
+
+def _read_arrays(path: str, lim: Limits, input_names: list[str]):
+    """``.npy`` (one array, single-input models) or ``.npz`` (named arrays). The file
+    size and every array's declared size (from its header, so a compressed member
+    cannot expand past the limit) are checked before loading; ``allow_pickle=False``."""
+    import math
+    import zipfile
+
+    import numpy as np
+
+    _file_size(path, lim)
+    npz = path.lower().endswith(".npz")
+    if not npz and len(input_names) != 1:
+        raise InputError(f"{path} holds one array but the model has {len(input_names)} inputs "
+                         f"({', '.join(input_names)}): give a .npz with one named array each",
+                         code="input_wrong_names")
+    total = 0
+    try:
+        if npz:
+            with zipfile.ZipFile(path) as zf:
+                for info in zf.infolist():
+                    if not info.filename.endswith(".npy"):
+                        raise InputError(f"{path}: member {info.filename!r} is not an array (.npy)",
+                                         code="input_bad_file")
+                    with zf.open(info) as fh:
+                        shape, dtype = _npy_header(fh, f"{path}:{info.filename}")
+                    total += math.prod(shape) * dtype.itemsize
+        else:
+            with open(path, "rb") as fh:
+                shape, dtype = _npy_header(fh, path)
+            total = math.prod(shape) * dtype.itemsize
+        if total > lim.max_request_bytes:
+            raise InputError(f"{path} holds {total} bytes of arrays, over the request limit of "
+                             f"{lim.max_request_bytes}", code="input_too_large", limit=lim.max_request_bytes)
+        if npz:
+            with np.load(path, allow_pickle=False) as data:
+                return {name: data[name] for name in data.files}
+        return np.load(path, allow_pickle=False)
+    except InputError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{path} is not a readable {'.npz' if npz else '.npy'} file: {exc}",
+                         code="input_bad_file") from None
+
+
+def _fmt_num(x) -> str:
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def _show_outputs(outputs: dict) -> None:
+    """Each output of a tensors result: name, dtype, shape and its first values."""
+    import numpy as np
+
+    for name, o in outputs.items():
+        flat = np.asarray(o.get("data", []), dtype=object).ravel()
+        vals = ", ".join(_fmt_num(x) for x in flat[:6]) + (", ..." if flat.size > 6 else "")
+        click.echo(f"output {name}: {o.get('dtype')} {o.get('shape')} [{vals}]")
+
+
+_INFER_SOURCES = ("--text", "--text-file", "--image", "--input")
+
+
 @main.command()
 @click.argument("artifact", type=click.Path())
-@click.option("--text", help="Text input.")
+@click.option("--text", help="Text input ('-' reads it from stdin).")
+@click.option("--text-file", type=click.Path(allow_dash=True), help="Text input from a UTF-8 file ('-': stdin).")
 @click.option("--image", type=click.Path(), help="Image file (PNG/JPEG/BMP).")
-@click.option("--input", "input_file", type=click.Path(), help="JSON file: {\"text\": ...} or named tensors.")
+@click.option("--input", "input_file", type=click.Path(),
+              help="FILE.json ({\"text\": ...} or named tensors), FILE.npz (named arrays) or FILE.npy "
+                   "(one array, single-input models).")
 @click.option("--device", default="auto", show_default=True, help="auto, onnxruntime, onnxruntime:cuda, ...")
 @click.option("--require-device", is_flag=True, help="Fail instead of falling back to another device.")
 @click.option("--device-option", "device_option", multiple=True, help=_DEVICE_OPTION_HELP)
 @click.option("--deadline-ms", type=int, help="Per-call deadline.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--limit", "limit", multiple=True,
+              help="Lower a per-call limit KEY=VALUE, repeatable (max_text_chars, max_request_bytes, "
+                   "max_image_bytes, max_image_pixels, deadline_ms, ...); never above the artifact's.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result (or the error) as JSON.")
 @_guard
-def infer(artifact, text, image, input_file, device, require_device, device_option, deadline_ms, as_json):
-    """Run one input through ARTIFACT."""
-    given = [x for x in (text, image, input_file) if x is not None]
+def infer(artifact, text, text_file, image, input_file, device, require_device, device_option, deadline_ms, limit,
+          as_json):
+    """Run one input through ARTIFACT.
+
+    \b
+    Examples:
+      edge-infer infer out/digits-int8 --image models/zoo/digits-cnn/held_out/3/0013.png
+      edge-infer infer out/minilm --text-file review.txt --json
+      cat review.txt | edge-infer infer out/minilm --text - --limit max_text_chars=2000
+      edge-infer infer out/tensors-model --input feeds.npz
+    """
+    given = dict(x for x in zip(_INFER_SOURCES, (text, text_file, image, input_file)) if x[1] is not None)
     if len(given) != 1:
-        raise InputError("give exactly one of --text, --image, --input", code="input_missing")
-    if text is not None:
-        raw = text
-    elif image is not None:
-        raw = image
-    else:
-        raw = _read_json_input(input_file)
+        raise InputError("give exactly one of --text, --text-file, --image, --input", code="input_missing")
+    (flag, value), = given.items()
+    overrides = _limit_overrides(limit)
     from .runtime import load
 
     with load(artifact, device=device, strict=require_device, device_options=_device_options(device_option)) as rt:
         task = rt.artifact.task
-        if (text is not None) != task.startswith("text-") or (image is not None) != (task == "image-classification"):
-            flag = "--text" if text is not None else ("--image" if image is not None else "--input")
+        is_text = flag in ("--text", "--text-file")
+        if is_text != task.startswith("text-") or (flag == "--image") != (task == "image-classification"):
             if flag != "--input" or task == "image-classification":
                 raise InputError(f"{flag} does not fit a {task} artifact", code="input_wrong_type")
-        res = rt.infer(raw, deadline_ms=deadline_ms)
+        lim = rt.limits.lowered(overrides, what="--limit")
+        if flag == "--text-file" or (flag == "--text" and value == "-"):
+            raw = _read_text(value, lim)
+        elif flag == "--input" and value.lower().endswith((".npy", ".npz")):
+            raw = _read_arrays(value, lim, [t["name"] for t in rt.variant["buckets"][0]["inputs"]])
+        elif flag == "--input":
+            raw = _read_json_input(value, lim)
+        else:
+            raw = value
+        res = rt.infer(raw, deadline_ms=deadline_ms, limits=overrides or None)
 
     def human(d):
-        click.echo(f"prediction: {d['prediction']}")
+        if d.get("outputs") is not None:
+            if d["prediction"] is not None:
+                click.echo(f"prediction: {d['prediction']}")
+            _show_outputs(d["outputs"])
+        else:
+            click.echo(f"prediction: {d['prediction']}")
         for k, v in list(d["scores"].items())[:5]:
             click.echo(f"  {k}: {v:.4f}")
         if d["embedding"] is not None:
@@ -128,32 +287,103 @@ def infer(artifact, text, image, input_file, device, require_device, device_opti
     _emit(res.to_dict(), as_json, human)
 
 
+def _r4(x):
+    return round(x, 4) if isinstance(x, float) else x
+
+
+def _parity_text(p: dict) -> str:
+    value = p.get("value")
+    if value is None or p.get("metric") in (None, "none", "not_measured"):
+        why = p.get("note") or p.get("reason") or "no parity value recorded"
+        return f"parity not measured ({why})"
+    extra = [f"min {_r4(p['min'])}" if p.get("min") is not None else None,
+             f"{p['samples']} samples" if p.get("samples") else None,
+             f"budget {_r4(p['budget'])}" if p.get("budget") is not None else None]
+    extra = [x for x in extra if x]
+    return f"parity {p['metric']} {_r4(value)}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _tensor_text(t: dict) -> str:
+    return f"{t['name']} {t['dtype']}{list(t['shape'])}"
+
+
+def _pre_text(pre: dict) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.6g}"
+        if isinstance(v, list):
+            return "[" + ", ".join(fmt(x) for x in v) + "]"
+        return str(v)
+
+    return ", ".join(f"{k}={fmt(v)}" for k, v in pre.items()) or "none"
+
+
+def _edgetpu_lines(rep: dict) -> list[str]:
+    lines = [f"edge tpu: {rep.get('tpu_ops', '?')} op(s) on the Edge TPU, {rep.get('cpu_ops', '?')} on the CPU"
+             + (" (compiled)" if rep.get("edgetpu_compiled") else "")]
+    f = rep.get("first_unsupported")
+    lines.append("first unsupported: " + (f"#{f.get('index')} {f.get('op')}: {f.get('reason')}" if f else "none"))
+    split = rep.get("split") or {}
+    if split:
+        lines.append("split (tpu/cpu): " + ", ".join(f"{k} {c.get('tpu', 0)}/{c.get('cpu', 0)}"
+                                                     for k, c in split.items()))
+    if rep.get("verdict"):
+        lines.append(f"verdict: {rep['verdict']}")
+    return lines
+
+
 @main.command()
 @click.argument("artifact", type=click.Path())
 @click.option("--json", "as_json", is_flag=True)
 @_guard
 def inspect(artifact, as_json):
-    """Manifest summary, verification result and parity."""
+    """Manifest summary, verification result and parity.
+
+    Shows each variant's buckets and input shapes, quantization, parity (or why it
+    was not measured) and, for TFLite variants, the Edge TPU split; the labels and
+    the pre-processing.
+
+    \b
+    Examples:
+      edge-infer inspect out/digits-int8
+      edge-infer inspect out/coral-mnv2 --json
+    """
     from .artifact import load_artifact
     from .selection import check_targets
 
     art = load_artifact(artifact)
     check_targets(art.targets())
     man = art.manifest
+    labels = None
+    if man["postprocess"].get("labels"):
+        names = [x.strip() for x in art.read_text(man["postprocess"]["labels"]).splitlines() if x.strip()]
+        labels = {"file": man["postprocess"]["labels"], "count": len(names), "first": names[:5]}
     data = {"verified": art.verified, "files": len(man["files"]), "model": man["model"], "task": man["task"],
             "variants": [{"target": v["target"], "buckets": [b["name"] for b in v["buckets"]],
-                          "quantization": v["quantization"], "parity": v["parity"], "toolchain": v["toolchain"]}
+                          "inputs": {b["name"]: [{k: t[k] for k in ("name", "dtype", "shape")} for t in b["inputs"]]
+                                     for b in v["buckets"]},
+                          "quantization": v["quantization"], "parity": v["parity"], "toolchain": v["toolchain"],
+                          **({"edgetpu_report": v["edgetpu_report"]} if v.get("edgetpu_report") else {})}
                          for v in man["variants"]],
-            "preprocess": man["preprocess"], "postprocess": man["postprocess"], "limits": man["limits"]}
+            "labels": labels, "preprocess": man["preprocess"], "postprocess": man["postprocess"],
+            "limits": man["limits"]}
 
     def human(d):
         m = d["model"]
         click.echo(f"{m['name']} v{m['version']} ({d['task']}): {d['files']} files, all sha256 verified")
+        click.echo(f"  preprocess: {_pre_text(d['preprocess'])}")
+        if d["labels"]:
+            lb = d["labels"]
+            first = ", ".join(repr(x) for x in lb["first"])
+            click.echo(f"  labels: {lb['count']} ({first}{', ...' if lb['count'] > len(lb['first']) else ''})")
         for v in d["variants"]:
-            q, p = v["quantization"], v["parity"]
+            q = v["quantization"]
             click.echo(f"  {v['target']}: buckets {', '.join(v['buckets'])}; {q['scheme']} w:{q['weights']} "
-                       f"a:{q['activations']}; parity {p['metric']} {p['value']} "
-                       f"(min {p.get('min', '-')}, {p['samples']} samples, budget {p.get('budget', '-')})")
+                       f"a:{q['activations']}; {_parity_text(v['parity'])}")
+            for bucket, ins in v["inputs"].items():
+                click.echo(f"    {bucket} inputs: {', '.join(_tensor_text(t) for t in ins)}")
+            for line in _edgetpu_lines(v["edgetpu_report"]) if v.get("edgetpu_report") else ():
+                click.echo(f"    {line}")
 
     _emit(data, as_json, human)
 

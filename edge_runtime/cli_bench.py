@@ -21,7 +21,14 @@ from .cli_common import _guard
 @click.option("--json", "as_json", is_flag=True)
 @_guard
 def bench_cmd(artifact, device, device_option, calls, repeats, batch_size, concurrency, no_cold, as_json):
-    """Cold start, warm latency per bucket, throughput and peak RSS: ours and the raw backend's."""
+    """Cold start, warm latency per bucket, throughput and peak RSS: ours and the raw backend's.
+
+    \b
+    Examples:
+      edge-infer bench out/digits-int8
+      edge-infer bench out/digits-int8 --device openvino --calls 200 --no-cold --json
+      edge-infer bench out/minilm --device-option threads=2 --repeats 5
+    """
     from .benchmark import run_bench
     from .cli import _device_options
     from .errors import InputError

@@ -78,7 +78,16 @@ def _print_int8(model: str, ins: dict) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @_guard
 def check(model, target, as_json):
-    """Statically check MODEL (.tflite) for TARGET without a compiler or interpreter."""
+    """Statically check MODEL (.tflite) for TARGET without a compiler or interpreter.
+
+    Exit 0 when the model maps fully (edgetpu) or is all-int8 (tflite-int8), 1 when
+    not (the report is still printed), 3 when it cannot be read.
+
+    \b
+    Examples:
+      edge-infer check --target edgetpu mobilenet_v2_1.0_224_quant.tflite
+      edge-infer check --target tflite-int8 model.tflite --json
+    """
     from edge_runtime.converters.tflite_inspect import inspect_tflite
 
     ins = inspect_tflite(model)

@@ -1,22 +1,74 @@
-"""Shared by the ``edge-infer`` commands: typed errors → one line and an exit code."""
+"""Shared by the ``edge-infer`` commands: typed errors → one line and an exit code.
+
+Error output (every subcommand, through ``_guard``):
+
+- stderr always gets exactly one line, ``error [code]: message`` (a message that
+  spans lines, as some native libraries write them, is joined into one), and
+  the process exits with the error's exit code (``InputError`` 2, ``ArtifactError``
+  3, ``DeviceError`` 4, ``InferenceTimeout`` 5, ``InferenceRuntimeError`` 6,
+  ``ParityError`` 7, anything else 1). No traceback unless ``--debug``
+  (accepted before or after the subcommand), which re-raises instead.
+- when the command was given ``--json``, stdout also gets the error as one JSON
+  document on one line (so it is also a valid line of a JSONL stream), and a
+  script reading stdout never has to parse the stderr line::
+
+      {"error": {"type": "InputError", "code": "input_too_long",
+                 "message": "text has 12000 characters, over the limit of 10000",
+                 "details": {"limit": 10000}}}
+
+  ``type`` is the exception class (``EdgeRuntimeError`` subclasses, or the
+  Python class of an unexpected error, whose code is ``unexpected``);
+  ``details`` is always present (``{}`` when there are none). The exit code is
+  the same as without ``--json``; stderr keeps its one line.
+- click's own usage errors (an unknown option, a missing argument) are found
+  before any command runs: they stay click's usage text on stderr, exit 2.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 
 import click
 
 from .errors import EdgeRuntimeError
 
+_NEWLINES = re.compile(r"\s*[\r\n]+\s*")
+
+
+def one_line(text: str) -> str:
+    return _NEWLINES.sub(" ", str(text)).strip()
+
+
+def error_dict(exc: Exception) -> dict:
+    """``{type, code, message, details}`` of any exception (what ``--json`` prints under ``"error"``)."""
+    if isinstance(exc, EdgeRuntimeError):
+        d = exc.to_dict()
+        return {"type": d["type"], "code": d["code"], "message": d["message"], "details": d.get("details", {})}
+    return {"type": type(exc).__name__, "code": "unexpected", "message": str(exc), "details": {}}
+
+
+def _wants_json(ctx) -> bool:
+    c = ctx
+    while c is not None:
+        if c.params.get("as_json"):
+            return True
+        c = c.parent
+    return False
+
 
 def _fail(ctx, exc: Exception):
     debug = ctx.find_root().params.get("debug")
     if debug:
         raise exc
+    if _wants_json(ctx):
+        click.echo(json.dumps({"error": error_dict(exc)}, default=str))     # one line: safe in a JSONL stream
+        sys.stdout.flush()
     if isinstance(exc, EdgeRuntimeError):
-        click.echo(f"error [{exc.code}]: {exc.message}", err=True)
+        click.echo(f"error [{exc.code}]: {one_line(exc.message)}", err=True)
         sys.exit(exc.exit_code)
-    click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+    click.echo(f"error: {type(exc).__name__}: {one_line(exc)}", err=True)
     sys.exit(1)
 
 
@@ -34,3 +86,18 @@ def _guard(fn):
             _fail(ctx, exc)
 
     return wrapper
+
+
+class DebugAnywhereGroup(click.Group):
+    """A root group whose ``--debug`` may also come after the subcommand
+    (``edge-infer infer ART --image X --debug``): every ``--debug`` token before
+    a ``--`` is taken out of the arguments and given to the group. A text that
+    is literally ``--debug`` is passed as ``--text=--debug`` or after ``--``."""
+
+    def parse_args(self, ctx, args):
+        args = list(args)
+        cut = args.index("--") if "--" in args else len(args)
+        head = args[:cut]
+        if "--debug" in head:
+            args = ["--debug"] + [a for a in head if a != "--debug"] + args[cut:]
+        return super().parse_args(ctx, args)

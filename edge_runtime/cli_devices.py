@@ -130,7 +130,16 @@ def _print_devices(d: dict) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @_guard
 def devices(artifact, device, require_device, as_json):
-    """Hardware found, backend packages present, and (with --artifact) the device choice and why."""
+    """Hardware found, backend packages present, and (with --artifact) the device choice and why.
+
+    Nothing is loaded or run. Exit 4 when the artifact could not run on the device asked for.
+
+    \b
+    Examples:
+      edge-infer devices
+      edge-infer devices --artifact out/digits-int8 --device onnxruntime:cuda --require-device
+      edge-infer devices --json
+    """
     hw = hw_probe.detect()
     data = {"hardware": hw, "backends": backend_scores(hw)}
     if artifact:
@@ -163,7 +172,15 @@ def _print_doctor(hw: dict, rep: dict) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @_guard
 def doctor(as_json):
-    """What is missing for the hardware found, with the exact install step (printed, never run)."""
+    """What is missing for the hardware found, with the exact install step (printed, never run).
+
+    Exit 1 when an accelerator here goes unused for want of something installable, else 0.
+
+    \b
+    Examples:
+      edge-infer doctor
+      edge-infer doctor --json
+    """
     from .doctor import diagnose
 
     hw = hw_probe.detect()

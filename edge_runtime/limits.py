@@ -42,6 +42,20 @@ class Limits:
             clean[key] = value
         return replace(self, **clean)
 
+    def lowered(self, overrides: dict | None, *, what: str = "limit") -> "Limits":
+        """``merged(overrides)`` where each value may only lower (or keep) the current
+        limit: what a caller who does not own the artifact may do (``edge-infer
+        --limit``). A raise is an ``InputError`` naming the current value and the
+        valid keys."""
+        new = self.merged(overrides)
+        for key, value in (overrides or {}).items():
+            current = getattr(self, key)
+            if value > current:
+                raise InputError(f"{what} {key}={value} would raise the limit of {current}; limits can only be "
+                                 f"lowered here (valid keys: {', '.join(sorted(self.to_dict()))})",
+                                 code="limit_raise_refused", limit=key, current=current, requested=value)
+        return new
+
 
 DEFAULT_LIMITS = Limits()
 
