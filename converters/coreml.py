@@ -48,6 +48,7 @@ import shutil
 import time
 from pathlib import Path
 
+from .base import BucketBuild, BuildContext, Converter, ParityStandIn
 from .registry import ConversionFailed
 
 _KNOWN = {"compute_precision", "minimum_deployment_target", "weight_threshold", "quantization_scheme",
@@ -60,7 +61,7 @@ def _package_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
-class CoremlConverter:
+class CoremlConverter(Converter):
     target = "coreml"
     suffix = ".mlpackage"
     recipes = MODES
@@ -79,25 +80,26 @@ class CoremlConverter:
         return (f"Core ML prediction runs only on macOS (this host: {self._system}); coremltools here converts, "
                 "quantizes weights and validates the spec, but cannot run the model")
 
-    def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict], options: dict) -> dict:
+    def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict],
+                     ctx: BuildContext) -> BucketBuild:
         from .coreml_spec import validate
         from .coreml_torch import agreement, calibrate_w8a8, source_module, torch_feeds
         from .onnx_io import io_specs
 
-        overrides = dict(options.get("overrides") or {})
+        overrides = dict(ctx.overrides or {})
         unknown = set(overrides) - _KNOWN
         if unknown:
             raise ValueError(f"unknown coreml recipe override(s) {sorted(unknown)} (known: {sorted(_KNOWN)})")
-        torch_source = options.get("torch_source")
-        if options.get("recipe") not in (None, *MODES):
-            raise ValueError(f"unknown coreml mode {options['recipe']!r} (known: {', '.join(MODES)})")
+        torch_source = ctx.torch_source
+        if ctx.recipe not in (None, *MODES):
+            raise ValueError(f"unknown coreml mode {ctx.recipe!r} (known: {', '.join(MODES)})")
         if not calibration_feeds:
             raise ValueError("no usable calibration samples")
         t0 = time.perf_counter()
         ins, outs = io_specs(fp32_path)
         names = [t["name"] for t in ins]
         module, route, kind = source_module(Path(fp32_path), torch_source)
-        mode = options.get("recipe") or ("w8" if kind == "torchscript" else "w8a8")
+        mode = ctx.recipe or ("w8" if kind == "torchscript" else "w8a8")
         agree = agreement(module, Path(fp32_path), calibration_feeds, ins, outs,
                           tolerance=float(overrides.get("agreement_tolerance", 1e-3)))
         example = torch_feeds(calibration_feeds[0], names)
@@ -126,7 +128,7 @@ class CoremlConverter:
         floats = recipe["float_input_layers"]["layers"] if recipe else []
         report = validate(out_path, ins, outs, mode, float_inputs=len(floats))
         precision = overrides.get("compute_precision", "float16")
-        return {
+        quantization = {
             "scheme": f"coreml {mode}: " + (
                 "int8 weights (coremltools.optimize.coreml.linear_quantize_weights, linear_symmetric, per channel)"
                 if mode == "w8" else "int8 weights and activations (coremltools.optimize.torch LinearQuantizer, "
@@ -143,11 +145,10 @@ class CoremlConverter:
             "compute_precision": precision,
             "minimum_deployment_target": overrides.get("minimum_deployment_target", "macOS14"),
             "spec_validation": "every bucket, from its saved spec: buckets[].spec_validation",
-            "bucket_fields": {"inputs": ins, "outputs": outs, "entry": ENTRY,
-                              "coreml": {"inputs": report["inputs"], "outputs": report["outputs"]},
-                              "spec_validation": report, "build_seconds": seconds,
-                              "package_bytes": _package_bytes(out_path)},
         }
+        return BucketBuild(quantization, inputs=ins, outputs=outs, entry=ENTRY, fields={
+            "coreml": {"inputs": report["inputs"], "outputs": report["outputs"]}, "spec_validation": report,
+            "build_seconds": seconds, "package_bytes": _package_bytes(out_path)})
 
     def _convert(self, module, example, ins: list[dict], outs: list[dict], overrides: dict):
         import coremltools as ct
@@ -189,14 +190,14 @@ class CoremlConverter:
         with contextlib.redirect_stderr(io.StringIO()):
             return cto.coreml.linear_quantize_weights(mlmodel, config=cfg)
 
-    def parity_stand_in(self, buckets: list[dict]):
-        """(sessions, label) for the w8a8 fake-quantized torch models, else None."""
+    def parity_stand_in(self, buckets: list[dict]) -> ParityStandIn | None:
+        """The w8a8 fake-quantized torch models, else None."""
         if len(self._stand_ins) != len(buckets):
             return None
         from .coreml_torch import TorchSession
 
         label = "fake-quantized torch model"
-        return [TorchSession(m, b, label) for m, b in zip(self._stand_ins, buckets)], label
+        return ParityStandIn([TorchSession(m, b, label) for m, b in zip(self._stand_ins, buckets)], label)
 
     def toolchain(self) -> dict:
         import coremltools

@@ -15,13 +15,15 @@ was given (the TPU executes those same int8 ops) and recorded as such.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
+from .base import BucketBuild, BuildContext, Converter
 from .registry import ConversionFailed
-from .tflite_int8 import TfliteInt8Converter
+from .tflite_int8 import TfliteInt8Converter, describe
 
 COMPILER = "edgetpu_compiler"
 _LOG_FIELDS = {
@@ -51,7 +53,7 @@ def parse_log(text: str) -> dict:
     return out
 
 
-class EdgeTpuConverter:
+class EdgeTpuConverter(Converter):
     target = "edgetpu"
     suffix = "_edgetpu.tflite"
     recipes = ("full-int8",)
@@ -72,21 +74,21 @@ class EdgeTpuConverter:
     def default_recipe(self, task: str) -> str:
         return "full-int8"
 
-    def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict], options: dict) -> dict:
+    def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict],
+                     ctx: BuildContext) -> BucketBuild:
         from edge_runtime.devices.tflite_backend import is_edgetpu_model
 
         from .onnx_io import io_specs
-        from .tflite_int8 import describe
 
         compiler = self._compiler()
         if not compiler:
             raise ValueError(self.unavailable())
-        work = Path(options["work"]) / f"edgetpu_{Path(out_path).stem}"
+        work = Path(ctx.work) / f"edgetpu_{Path(out_path).stem}"
         work.mkdir(parents=True, exist_ok=True)
         plain = work / "model.tflite"
-        info = TfliteInt8Converter().build_bucket(fp32_path, plain, calibration_feeds,
-                                                  {**options, "recipe": "full-int8"})
-        info.pop("bucket_fields")
+        built = TfliteInt8Converter().build_bucket(fp32_path, plain, calibration_feeds,
+                                                   dataclasses.replace(ctx, recipe="full-int8"))
+        info = dict(built.quantization)
         try:
             proc = subprocess.run([compiler, "-s", "-o", str(work), str(plain)], capture_output=True, text=True,
                                   timeout=self.timeout_s)
@@ -103,12 +105,10 @@ class EdgeTpuConverter:
         parsed = parse_log(log)
         if parsed.get("tpu_ops") == 0:
             raise ConversionFailed(f"{COMPILER} mapped no operation to the Edge TPU: {log.strip()[-400:]}")
-        ins, outs, names = describe(Path(out_path), *io_specs(fp32_path))
         info.update(scheme="tflite-full-integer compiled for the Edge TPU", compiler=parsed,
                     compiler_log=log[-4000:])
-        info["bucket_fields"] = {"inputs": ins, "outputs": outs, "tensor_names": names,
-                                 "parity_model": str(plain)}
-        return info
+        ins, outs, names = describe(Path(out_path), *io_specs(fp32_path))
+        return BucketBuild(info, inputs=ins, outputs=outs, parity_model=plain, fields={"tensor_names": names})
 
     def toolchain(self) -> dict:
         tc = TfliteInt8Converter().toolchain()

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .base import BucketBuild, BuildContext, Converter
 
-class OnnxInt8Converter:
+
+class OnnxInt8Converter(Converter):
     target = "onnx-int8"
     suffix = ".onnx"
 
@@ -22,13 +24,14 @@ class OnnxInt8Converter:
     def default_recipe(self, task: str) -> str:
         return "transformer" if task.startswith("text-") else "cnn"
 
-    def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict], options: dict) -> dict:
+    def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict],
+                     ctx: BuildContext) -> BucketBuild:
         from .onnx_quant import quantize
 
-        recipe = options.get("recipe") or self.default_recipe(options["task"])
-        info = quantize(fp32_path, out_path, calibration_feeds, recipe=recipe, overrides=options.get("overrides"))
+        recipe = ctx.recipe or self.default_recipe(ctx.task)
+        info = quantize(fp32_path, out_path, calibration_feeds, recipe=recipe, overrides=ctx.overrides)
         info.setdefault("recipe", recipe)
-        return info
+        return BucketBuild(info)   # tensors: read from the built ONNX (Converter.describe)
 
     def toolchain(self) -> dict:
         import onnx

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .base import BucketBuild, BucketIO, BuildContext, Converter
 
-class OpenVinoConverter:
+
+class OpenVinoConverter(Converter):
     target = "openvino"
     suffix = ".xml"
     recipes = ("cnn", "transformer", "transformer-fast", "accuracy-control")
@@ -18,13 +20,15 @@ class OpenVinoConverter:
     def default_recipe(self, task: str) -> str:
         return "transformer" if task.startswith("text-") else "cnn"
 
-    def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict], options: dict) -> dict:
+    def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict],
+                     ctx: BuildContext) -> BucketBuild:
         from .openvino_quant import quantize
 
-        recipe = options.get("recipe") or self.default_recipe(options["task"])
-        return quantize(fp32_path, out_path, calibration_feeds, task=options["task"], recipe=recipe,
-                        overrides=options.get("overrides"), task_obj=options.get("task_obj"),
-                        prepared=options.get("prepared"), budget=options.get("budget"))
+        recipe = ctx.recipe or self.default_recipe(ctx.task)
+        info = quantize(fp32_path, out_path, calibration_feeds, task=ctx.task, recipe=recipe,
+                        overrides=ctx.overrides, task_obj=ctx.task_obj, prepared=list(ctx.prepared),
+                        budget=ctx.budget)
+        return BucketBuild(info)   # tensors and the .bin: read from the saved IR (describe)
 
     def runtime_candidates(self) -> list[dict]:
         """Inference precisions to measure parity and speed with; the fastest
@@ -33,8 +37,8 @@ class OpenVinoConverter:
 
         return precision_candidates()
 
-    def describe(self, path: Path) -> tuple[list[dict], list[dict], list[Path]]:
-        """(inputs, outputs, companion files) of a saved IR."""
+    def describe(self, path: Path) -> BucketIO:
+        """Inputs, outputs and the weights file (.bin) of a saved IR."""
         import openvino as ov
 
         model = ov.Core().read_model(str(path))
@@ -43,7 +47,8 @@ class OpenVinoConverter:
             return {"name": port.get_any_name(), "dtype": port.get_element_type().to_dtype().name,
                     "shape": [int(d) for d in port.get_partial_shape().to_shape()]}
 
-        return [spec(p) for p in model.inputs], [spec(p) for p in model.outputs], [Path(path).with_suffix(".bin")]
+        return BucketIO([spec(p) for p in model.inputs], [spec(p) for p in model.outputs],
+                        (Path(path).with_suffix(".bin"),))
 
     def toolchain(self) -> dict:
         import nncf

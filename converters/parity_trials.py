@@ -6,7 +6,7 @@ not measured."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_runtime.devices import registry
@@ -15,6 +15,7 @@ from edge_runtime.hardware import detect_cached
 from edge_runtime.selection import choose
 
 from . import parity
+from .base import Converter
 
 
 @dataclass
@@ -27,18 +28,27 @@ class Reference:
     min_parity: float | None
 
 
-def measure_target(ref: Reference, target: str, converter, root: Path, buckets: list[dict], task_cand,
-                   quant: dict, parity_files: list, budget: float, progress) -> tuple[dict, dict, list]:
-    """(runtime options chosen, parity record, trials) for one built target."""
+@dataclass(frozen=True)
+class Measured:
+    """One built target's parity record and the runtime options chosen by measurement."""
+    parity: dict                  # the variant's parity record
+    options: dict                 # the runtime option set kept (empty: the backend's defaults)
+    why: str | None = None        # why those options (several trials only): provenance, not an option
+    trials: list = field(default_factory=list)   # (options, parity) per option set measured
+
+
+def measure_target(ref: Reference, target: str, converter: Converter, root: Path, buckets: list[dict], task_cand,
+                   quant: dict, parity_files: list, budget: float, progress) -> Measured:
+    """Parity (and the runtime options kept) of one built target."""
     trials = []
     par_target, par_buckets = target, buckets
     if parity_files:
         par_target = converter.fallback_target
         par_buckets = [dict(b, file=f) for b, f in zip(buckets, parity_files)]
-    not_here = getattr(converter, "parity_unavailable", lambda: None)()
+    not_here = converter.parity_unavailable()
     if not_here:   # the target's model cannot run on this host
         trials.append(({}, _parity_elsewhere(converter, ref, task_cand, buckets, not_here, progress, target)))
-    for opts in ([] if not_here else getattr(converter, "runtime_candidates", lambda: [{}])()):
+    for opts in ([] if not_here else converter.runtime_candidates()):
         progress(f"{target}: measuring parity against fp32 on {len(ref.held)} samples"
                  + (f" with {opts}" if opts else "") + (f" (on the {par_target} model it was compiled from)"
                                                       if parity_files else ""))
@@ -56,7 +66,7 @@ def measure_target(ref: Reference, target: str, converter, root: Path, buckets: 
         finally:
             for s in cand_sessions:
                 s.close()
-    runtime_opts, par = _pick_runtime(trials, budget)
+    runtime_opts, par, why = _pick_runtime(trials, budget)
     par["budget"] = parity.budget_for(par["metric"], ref.min_parity)
     par["reference"] = "fp32 source ONNX on onnxruntime:cpu, same pre/post-processing"
     if parity_files:
@@ -67,19 +77,19 @@ def measure_target(ref: Reference, target: str, converter, root: Path, buckets: 
         par["passed"] = None
     else:
         par["passed"] = par["value"] is not None and par["value"] >= par["budget"]
-    return runtime_opts, par, trials
+    return Measured(par, runtime_opts, why, trials)
 
 
-def _parity_elsewhere(converter, ref: Reference, task_cand, buckets, why, progress, target) -> dict:
+def _parity_elsewhere(converter: Converter, ref: Reference, task_cand, buckets, why, progress, target) -> dict:
     """Parity of a target that cannot run here: measured on the converter's labelled
     stand-in (``parity_stand_in``: the fake-quantized torch model of coreml w8a8), else
     recorded as not measured with the reason."""
-    stand_in = getattr(converter, "parity_stand_in", lambda b: None)(buckets)
-    if not stand_in:
+    stand_in = converter.parity_stand_in(buckets)
+    if stand_in is None:
         progress(f"{target}: parity not measured: {why}")
         return {"metric": ref.task.parity_metric, "value": None, "samples": 0, "measured": False,
                 "not_measured": why}
-    sessions, label = stand_in
+    sessions, label = stand_in.sessions, stand_in.label
     progress(f"{target}: {why}; measuring parity on the {label} instead")
     try:
         par = parity.measure(ref.task, ref.sessions, task_cand, sessions, ref.held)
@@ -90,21 +100,23 @@ def _parity_elsewhere(converter, ref: Reference, task_cand, buckets, why, progre
     return par
 
 
-def _pick_runtime(trials: list, budget: float) -> tuple[dict, dict]:
-    """The fastest runtime option set whose parity meets the budget (else the first)."""
+def _pick_runtime(trials: list, budget: float) -> tuple[dict, dict, str | None]:
+    """The fastest runtime option set whose parity meets the budget (else the first): (options,
+    parity, why those options where there was a choice)."""
     passing = [(o, p) for o, p in trials if p["value"] is not None and p["value"] >= budget]
     if not passing:
-        return trials[0]
+        return (*trials[0], None)
     # the first option set (the most exact) unless another is clearly (>10%) faster: timing noise
     # must not flip an artifact's precision from one build to the next
     opts, par = passing[0]
     fastest = min(passing, key=lambda t: t[1]["device_ms_median"])
     if fastest[1]["device_ms_median"] < 0.9 * par["device_ms_median"]:
         opts, par = fastest
+    why = None
     if len(trials) > 1 and opts:
         others = ", ".join(f"{o}: {p['device_ms_median']} ms, parity {p['value']:.4f}" for o, p in trials)
-        opts = {**opts, "why": f"fastest within the parity budget at convert time ({others})"}
-    return opts, par
+        why = f"fastest within the parity budget at convert time ({others})"
+    return opts, par, why
 
 
 def _target_sessions(target: str, root: Path, buckets: list[dict], options: dict | None = None):

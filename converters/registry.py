@@ -1,15 +1,41 @@
-"""Target name → converter, fed by the ``edge_runtime.converters`` entry points."""
+"""Target name → converter, fed by the ``edge_runtime.converters`` entry points.
+
+The built-in converters register through the same group (``pyproject.toml``);
+the table below is used where the distribution's metadata is not installed.
+An entry point from another distribution for a built-in target name replaces
+the built-in converter. What an entry point loads must be a
+:class:`~.base.Converter` subclass.
+"""
 
 from __future__ import annotations
 
 import importlib
 from importlib import metadata
 
+from edge_runtime.errors import EdgeRuntimeError, InputError
+
+from .base import Converter
+
 GROUP = "edge_runtime.converters"
+_OWN_DIST = "edge-runtime"
 
 
 class ConversionFailed(ValueError):
     """The toolchain could not build the target from this source (not a bad recipe)."""
+
+
+class UnknownTarget(InputError):
+    """No converter is registered for the target asked for."""
+
+    code = "convert_target_unknown"
+
+
+class ConverterInvalid(EdgeRuntimeError):
+    """A registered converter cannot be loaded, or is not a Converter (a broken plugin: not the caller's)."""
+
+    code = "converter_invalid"
+
+
 _BUILTIN = {"onnx-int8": "edge_runtime.converters.onnx_int8:OnnxInt8Converter",
             "openvino": "edge_runtime.converters.openvino_int8:OpenVinoConverter",
             "tflite-int8": "edge_runtime.converters.tflite_int8:TfliteInt8Converter",
@@ -17,19 +43,50 @@ _BUILTIN = {"onnx-int8": "edge_runtime.converters.onnx_int8:OnnxInt8Converter",
             "coreml": "edge_runtime.converters.coreml:CoremlConverter"}
 
 
+def _dist_name(ep) -> str:
+    try:
+        return (ep.dist.metadata["Name"] or "").lower().replace("_", "-") if ep.dist is not None else ""
+    except Exception:  # unreadable metadata: not this distribution
+        return ""
+
+
 def converter_targets() -> dict[str, str]:
+    """target -> "module:attr"."""
     found = dict(_BUILTIN)
     try:
-        for ep in metadata.entry_points(group=GROUP):
-            found[ep.name] = ep.value
-    except Exception:
-        pass
+        eps = list(metadata.entry_points(group=GROUP))
+    except Exception:  # broken metadata must not break the built-in converters
+        eps = []
+    for own in (True, False):   # this distribution's entries first, any other's over them
+        for ep in eps:
+            if (_dist_name(ep) == _OWN_DIST) == own:
+                found[ep.name] = ep.value
     return found
 
 
-def get_converter(target: str):
+def unknown_target(target: str, known) -> UnknownTarget:
+    return UnknownTarget(f"unknown --target {target!r} (known targets: {', '.join(sorted(known))})")
+
+
+def get_converter(target: str) -> Converter:
+    """A new converter instance for ``target`` (one per target per convert: a build may keep state)."""
     refs = converter_targets()
     if target not in refs:
-        raise KeyError(f"no converter for target {target!r} (known: {', '.join(sorted(refs))})")
-    module, _, attr = refs[target].partition(":")
-    return getattr(importlib.import_module(module), attr)()
+        raise unknown_target(target, refs)
+    ref = refs[target]
+    module, _, attr = ref.partition(":")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:
+        raise ConverterInvalid(f"converter for target {target!r} ({ref}) cannot be loaded: "
+                               f"{type(exc).__name__}: {exc}") from exc
+    if not (isinstance(obj, type) and issubclass(obj, Converter)):
+        raise ConverterInvalid(f"converter for target {target!r} ({ref}) is {obj!r}, not a subclass of "
+                               f"edge_runtime.converters.base.Converter")
+    try:
+        return obj()
+    except Exception as exc:   # an abstract member left undefined, or an __init__ that fails
+        raise ConverterInvalid(f"converter for target {target!r} ({ref}) cannot be made: "
+                               f"{type(exc).__name__}: {exc}") from exc

@@ -14,7 +14,8 @@ from pathlib import Path
 from edge_runtime import __version__
 from edge_runtime.errors import InputError
 
-from .registry import converter_targets, get_converter
+from .base import Converter
+from .registry import converter_targets, get_converter, unknown_target
 
 TEXT_TASKS = ("text-classification", "text-embedding")
 
@@ -125,7 +126,7 @@ def check_request(req: ConvertRequest) -> None:
     known = converter_targets()
     for t in req.targets:
         if t not in known:
-            _bad(f"unknown --target {t!r} (known targets: {', '.join(sorted(known))})", "convert_target_unknown")
+            raise unknown_target(t, known)
     if req.torch_source is not None and not Path(req.torch_source).is_file():
         raise InputError(f"torch source {req.torch_source} does not exist", code="convert_source_missing")
     check_options(req)
@@ -265,12 +266,12 @@ def available_targets(requested: list[str], progress, allow_skip: bool = False) 
     targets, skipped = [], []
     for target in requested:
         converter = get_converter(target)
-        why = getattr(converter, "unavailable", lambda: None)()
+        why = converter.unavailable()
         if not why:
             if target not in targets:
                 targets.append(target)
             continue
-        fallback = getattr(converter, "fallback_target", None)
+        fallback = converter.fallback_target
         if not allow_skip:
             cause = why.split(";")[0]   # the reason's first clause: what is missing (the rest says what skipping does)
             raise InputError(f"target {target} cannot be built here: {cause}. Install what it needs, or pass "
@@ -289,14 +290,14 @@ def available_targets(requested: list[str], progress, allow_skip: bool = False) 
 def check_recipe(req: ConvertRequest) -> None:
     if not req.recipe or "=" in req.recipe:
         return
-    known = {t: tuple(getattr(get_converter(t), "recipes", ()) or ()) for t in req.targets}
+    known = {t: tuple(get_converter(t).recipes) for t in req.targets}
     if not any(req.recipe in names for names in known.values()):
         raise InputError(f"no target knows recipe {req.recipe!r} ("
                          + "; ".join(f"{t}: {', '.join(n) or '?'}" for t, n in known.items()) + ")",
                          code="convert_recipe_invalid")
 
 
-def recipe_for(recipe: str | None, target: str, converter) -> str | None:
+def recipe_for(recipe: str | None, target: str, converter: Converter) -> str | None:
     """``--recipe`` is one name (for the targets that know it) or ``target=name,...``."""
     if not recipe:
         return None
@@ -308,11 +309,11 @@ def recipe_for(recipe: str | None, target: str, converter) -> str | None:
                 raise InputError(f"--recipe {recipe!r}: expected target=recipe pairs", code="convert_recipe_invalid")
             table[key.strip()] = value.strip()
         return table.get(target)
-    known = tuple(getattr(converter, "recipes", ()) or ())
+    known = tuple(converter.recipes)
     return recipe if (not known or recipe in known) else None
 
 
-def toolchain(converter) -> dict:
+def toolchain(converter: Converter) -> dict:
     import numpy
 
     tc = {"edge-runtime": __version__, "python": platform.python_version(), "numpy": numpy.__version__}

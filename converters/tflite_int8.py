@@ -26,6 +26,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from .base import BucketBuild, BuildContext, Converter
 from .registry import ConversionFailed
 
 _KNOWN = {"io_dtype", "replace_erf", "float_ops"}
@@ -167,7 +168,7 @@ def describe(path: Path, onnx_inputs: list[dict], onnx_outputs: list[dict]) -> t
     return ins, outs, names
 
 
-class TfliteInt8Converter:
+class TfliteInt8Converter(Converter):
     target = "tflite-int8"
     suffix = ".tflite"
     recipes = ("full-int8",)
@@ -175,16 +176,16 @@ class TfliteInt8Converter:
     def default_recipe(self, task: str) -> str:
         return "full-int8"
 
-    def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict], options: dict) -> dict:
+    def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict],
+                     ctx: BuildContext) -> BucketBuild:
         from .onnx_io import io_specs
 
-        recipe = options.get("recipe") or "full-int8"
+        recipe = ctx.recipe or "full-int8"
         if recipe not in self.recipes:
             raise ValueError(f"unknown tflite recipe {recipe!r} (known: {', '.join(self.recipes)})")
-        info = quantize(Path(fp32_path), Path(out_path), calibration_feeds, options["work"], options.get("overrides"))
+        info = quantize(Path(fp32_path), Path(out_path), calibration_feeds, ctx.work, ctx.overrides)
         ins, outs, names = describe(Path(out_path), *io_specs(fp32_path))
-        info["bucket_fields"] = {"inputs": ins, "outputs": outs, "tensor_names": names}
-        return info
+        return BucketBuild(info, inputs=ins, outputs=outs, fields={"tensor_names": names})
 
     def toolchain(self) -> dict:
         import onnx2tf

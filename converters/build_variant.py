@@ -1,0 +1,157 @@
+"""One target's variant: its bucket models built by the target's converter, then
+their parity measured against the fp32 reference. What ``convert()`` shares
+between its steps (:class:`Job`, :class:`Samples`) is declared here too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edge_runtime.artifact import ArtifactWriter
+from edge_runtime.errors import InputError
+from edge_runtime.limits import DEFAULT_LIMITS
+
+from . import parity
+from .base import BucketBuild, BucketIO, BuildContext, Converter
+from .parity_trials import Measured, Reference, measure_target
+from .registry import ConversionFailed, ConverterInvalid, get_converter
+from .request import ConvertRequest, fingerprint, recipe_for, toolchain
+
+
+@dataclass(frozen=True)
+class Fp32Bucket:
+    """One static-shape bucket of the fp32 source."""
+    name: str       # "static", "seq64", ...
+    path: Path      # the fp32 ONNX with this bucket's static dims (in the work dir)
+    spec: dict      # the bucket as a task reads it: name, inputs, outputs
+
+
+@dataclass(frozen=True)
+class Samples:
+    calib: list     # calibration samples (raw, as loaded)
+    held: list      # held-out parity samples
+    data: str       # what the held-out samples are, for the parity record
+    policy: dict    # the sample-count policy record (request.sample_policy)
+
+
+@dataclass
+class Job:
+    """One convert in progress: the request, where the artifact is assembled, the fp32 buckets."""
+    req: ConvertRequest
+    task_cls: type
+    root: Path                      # the artifact's temporary directory
+    work: Path                      # scratch, deleted after the convert
+    writer: ArtifactWriter
+    fp32: list[Fp32Bucket] = field(default_factory=list)
+    draft: dict = field(default_factory=dict)   # preprocess / postprocess sections
+
+    def read(self, rel: str) -> bytes:
+        return (self.root / rel).read_bytes()
+
+    def task(self, buckets: list[dict]):
+        """The task contract over ``buckets`` (its pre/post-processing, as the runtime will run it)."""
+        return self.task_cls(self.draft, self.read, buckets)
+
+
+def policy_fields(policy: dict, side: str) -> dict:
+    """The sample-count policy as recorded next to the count it judged."""
+    rec = policy[side]
+    out = {"min_samples": rec["min_samples"], "warn_below_samples": rec["warn_below"]}
+    if "warning" in rec:
+        out["warning"] = rec["warning"]
+    if rec.get("allow_few_samples"):
+        out["allow_few_samples"] = True
+    return out
+
+
+def build_variant(job: Job, target: str, samples: Samples, reference: Reference, progress) -> dict:
+    """The manifest's variant record for ``target``, its files written into the artifact."""
+    converter = get_converter(target)
+    recipe = recipe_for(job.req.recipe, target, converter)
+    budget = parity.budget_for(job.task_cls.parity_metric, job.req.min_parity)
+    buckets, builds = [], []
+    for fb in job.fp32:
+        build = _build_bucket(job, converter, target, fb, samples.calib, recipe, budget, progress)
+        buckets.append(_bucket_record(job, converter, target, fb.name, build))
+        builds.append(build)
+    quant = dict(next((b.quantization for b in builds if b.quantization), {}))   # the first bucket's
+    quant["calibration"] = {"samples": len(samples.calib), "fingerprint": fingerprint(samples.calib),
+                            "source": Path(job.req.calibration).name, **policy_fields(samples.policy, "calibration")}
+    parity_files = [str(b.parity_model) for b in builds if b.parity_model is not None]
+    if parity_files and (len(parity_files) != len(builds) or not converter.fallback_target):
+        raise ConverterInvalid(f"{target}: a parity_model needs one per bucket and the converter's "
+                               f"fallback_target (the target it is a model of)")
+    measured = measure_target(reference, target, converter, job.root, buckets, job.task(buckets), quant,
+                              parity_files, budget, progress)
+    par = {**measured.parity, **policy_fields(samples.policy, "parity")}
+    variant = {"target": target, "buckets": buckets, "quantization": quant, "parity": par,
+               "toolchain": toolchain(converter)}
+    if len(measured.trials) > 1 or measured.options:
+        variant["runtime"] = runtime_record(measured)
+        variant["runtime_trials"] = [{"options": o, "parity": p["value"], "min": p.get("min"),
+                                      "device_ms_median": p["device_ms_median"]} for o, p in measured.trials]
+    return variant
+
+
+def runtime_record(measured: Measured) -> dict:
+    """The variant's ``runtime``: the options kept, and why under ``"why"``. The why is provenance,
+    not an option (``Measured`` keeps them apart), but the manifest keeps it in ``runtime``: that is
+    where the runtime reads it, for artifacts built before this and after. It splits it off from
+    the options at load (dropped when a caller's device options override the record), and the
+    OpenVINO backend reports it as the precision's reason (absent, it would say "requested")."""
+    return {**measured.options, "why": measured.why} if measured.why else dict(measured.options)
+
+
+def _build_bucket(job: Job, converter: Converter, target: str, fb: Fp32Bucket, calib: list, recipe, budget,
+                  progress) -> BucketBuild:
+    progress(f"{target}: quantizing bucket {fb.name} with {len(calib)} calibration samples")
+    one = job.task([fb.spec])
+    prepared = []
+    for s in calib:
+        try:
+            prepared.append(one.prepare(s, DEFAULT_LIMITS))
+        except InputError:
+            continue
+    dst = job.root / _rel(converter, target, fb.name)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    ctx = BuildContext(task=job.req.task, work=job.work, recipe=recipe, overrides=job.req.recipe_overrides,
+                       task_obj=one, prepared=tuple(prepared), budget=budget, torch_source=job.req.torch_source)
+    try:
+        build = converter.build_bucket(fb.path, dst, [p.feeds for p in prepared], ctx)
+    except ConversionFailed as exc:  # the toolchain cannot build this source
+        raise InputError(f"{target}: {exc}", code="convert_target_failed") from None
+    except ValueError as exc:  # a bad recipe/override or unusable calibration data
+        raise InputError(f"{target}: {exc}", code="convert_recipe_invalid") from None
+    if not isinstance(build, BucketBuild):
+        raise ConverterInvalid(f"{target}: {type(converter).__name__}.build_bucket returned "
+                               f"{type(build).__name__}, not a BucketBuild")
+    return build
+
+
+def _rel(converter: Converter, target: str, bucket: str) -> str:
+    return f"{target}/{bucket}{converter.suffix}"
+
+
+def _bucket_record(job: Job, converter: Converter, target: str, name: str, build: BucketBuild) -> dict:
+    """The manifest's bucket record; the bucket's files hashed into the artifact."""
+    rel = _rel(converter, target, name)
+    dst = job.root / rel
+    bucket = {"name": name, "file": rel}
+    if dst.is_dir():   # a package directory (.mlpackage): every file inside hashed
+        tree = job.writer.add_tree(rel)
+        entry = f"{rel}/{build.entry or ''}"
+        if entry not in tree:
+            raise InputError(f"{target}: package {rel} has no entry file {entry}", code="convert_target_failed")
+        bucket.update(file=entry, package=rel, extra_files=[f for f in tree if f != entry])
+    else:
+        job.writer.add_file(rel)
+    if build.inputs is not None and build.outputs is not None:
+        io = BucketIO(build.inputs, build.outputs)
+    else:
+        io = converter.describe(dst)
+    extra = list(dict.fromkeys(Path(e).name for e in (*build.extra_files, *io.extra_files)))
+    if extra:   # companion files beside the model (OpenVINO's .bin)
+        bucket["extra_files"] = bucket.get("extra_files", []) + [job.writer.add_file(f"{target}/{e}") for e in extra]
+    bucket.update(build.fields)
+    bucket.update(inputs=io.inputs, outputs=io.outputs)
+    return bucket

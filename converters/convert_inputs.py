@@ -1,0 +1,151 @@
+"""What ``convert()`` builds from before any target: the source at QDQ's opset, its
+fp32 buckets with static dims, the calibration and held-out samples, and the
+source's manifest record (with the opset upgrade's check)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from edge_runtime.artifact import sha256_file
+from edge_runtime.errors import EdgeRuntimeError, InputError
+from edge_runtime.limits import DEFAULT_LIMITS
+
+from .build_variant import Fp32Bucket, Job, Samples
+from .onnx_io import QDQ_MIN_OPSET, io_specs, static_dims, upgrade_opset
+from .request import TEXT_TASKS, ConvertRequest, sample_policy
+
+
+def upgrade_source(req: ConvertRequest, opset: int, work: Path, progress) -> Path:
+    """The source, upgraded to QDQ's opset where it is older (QDQ's per-channel axis needs opset 13)."""
+    if opset >= QDQ_MIN_OPSET:
+        return Path(req.source)
+    progress(f"upgrading the source from opset {opset} to {QDQ_MIN_OPSET} with onnx.version_converter "
+             "(per-channel QDQ needs it)")
+    source = work / f"source_opset{QDQ_MIN_OPSET}.onnx"
+    try:
+        upgrade_opset(req.source, source, QDQ_MIN_OPSET)
+    except ValueError as exc:
+        raise InputError(f"{req.source} is opset {opset}; int8 QDQ needs opset {QDQ_MIN_OPSET} or later and "
+                         f"onnx.version_converter cannot upgrade it ({exc}); re-export the model at opset "
+                         f"{QDQ_MIN_OPSET}+", code="convert_source_opset") from None
+    return source
+
+
+def fix_static_shapes(req: ConvertRequest, source: Path, src_inputs: list[dict], work: Path,
+                      progress) -> list[Fp32Bucket]:
+    """One fp32 model per bucket with every dim static (text: one per sequence length)."""
+    from .onnx_shapes import fix_input_dims
+
+    progress("fixing static shapes per bucket")
+
+    def fix(src, dst, dims):
+        try:
+            fix_input_dims(src, dst, dims)
+        except Exception as exc:  # ValueError (bad dims), onnx's ValidationError / InferenceError
+            raise InputError(f"{req.source}: cannot fix static input shapes {dims}: {type(exc).__name__}: "
+                             f"{str(exc)[:300]}", code="convert_shape_invalid") from None
+
+    fp32 = []
+    for seq in (req.buckets if req.task in TEXT_TASKS else [None]):
+        try:
+            dims = static_dims(src_inputs, seq_len=seq, overrides=req.input_shapes)
+        except ValueError as exc:
+            raise InputError(str(exc), code="convert_shape_dynamic") from None
+        name = f"seq{seq}" if seq else "static"
+        path = work / f"fp32_{name}.onnx"
+        fix(source, path, dims)
+        if source != Path(req.source) and not fp32:   # the source as given, to check the upgrade against
+            fix(req.source, work / "fp32_original.onnx", dims)
+        ins, outs = io_specs(path)
+        fp32.append(Fp32Bucket(name, path, {"name": name, "file": "", "inputs": ins, "outputs": outs}))
+    return fp32
+
+
+def split_samples(job: Job, task_ref, progress) -> Samples:
+    """Calibration and held-out samples: --parity-data, else a seeded split of --calibration;
+    counted (what the task can prepare) and judged by the sample-count policy."""
+    req = job.req
+    progress("loading calibration and held-out samples")
+    samples = _load_samples(job.task_cls, req.calibration, "--calibration")
+    order = list(range(len(samples)))
+    random.Random(req.seed).shuffle(order)
+    if req.parity_data:
+        held = _load_samples(job.task_cls, req.parity_data, "--parity-data")
+        calib = [samples[i] for i in order][: req.max_calibration]
+        data = f"{Path(req.parity_data).name} ({len(held)} samples)"
+    else:
+        n_held = max(1, int(round(len(samples) * req.heldout_fraction)))
+        if len(samples) - n_held < 1:
+            raise InputError("calibration data too small to hold samples out", code="convert_calibration_small")
+        held = [samples[i] for i in order[:n_held]]
+        calib = [samples[i] for i in order[n_held:]][: req.max_calibration]
+        data = f"held-out split of {Path(req.calibration).name} ({len(held)} of {len(samples)})"
+    n_calib, _ = _usable(task_ref, calib, "calibration")
+    n_held, _ = _usable(task_ref, held, "held-out parity")
+    return Samples(calib, held, data, sample_policy(req, n_calib, n_held, progress))
+
+
+def _load_samples(task_cls, path, what: str) -> list:
+    try:
+        samples = task_cls.load_samples(path)
+    except EdgeRuntimeError:
+        raise
+    except Exception as exc:  # an unreadable/ill-formed file: numpy, zipfile, json, PIL or OS errors
+        raise InputError(f"{what} {path}: cannot read samples ({type(exc).__name__}: {str(exc)[:200]})",
+                         code="convert_calibration_invalid") from None
+    if not samples:
+        raise InputError(f"{what} {path} holds no samples", code="convert_calibration_invalid")
+    return samples
+
+
+def _usable(task, samples, what: str, first_only: bool = False) -> tuple[int, dict | None]:
+    """How many samples the task can prepare for the model (what calibration and parity use),
+    and the first one's feeds; none at all is an InputError quoting why the first failed."""
+    n, first, why = 0, None, None
+    for s in samples:
+        try:
+            prep = task.prepare(s, DEFAULT_LIMITS)
+        except EdgeRuntimeError as exc:
+            why = why or exc.message
+            continue
+        n += 1
+        if first is None:
+            first = prep.feeds
+            if first_only:
+                break
+    if not n:
+        raise InputError(f"none of the {len(samples)} {what} samples fits the model: {why}",
+                         code="convert_calibration_invalid")
+    return n, first
+
+
+def record_source(job: Job, source_info: dict, source: Path, src_inputs, src_outputs, samples: Samples) -> dict:
+    """The manifest's source record; an upgraded opset is checked on one sample and recorded."""
+    req, opset = job.req, source_info["opset"]
+    record = {"file": Path(req.source).name, "sha256": sha256_file(req.source), "opset": opset,
+              "inputs": src_inputs, "outputs": src_outputs}
+    if source == Path(req.source):
+        return record
+    _, feeds = _usable(job.task([job.fp32[0].spec]), samples.calib, "calibration", first_only=True)
+    check = _upgrade_check(job.work / "fp32_original.onnx", job.fp32[0].path, feeds)
+    if not check["passed"]:
+        raise InputError(f"{req.source}: the opset {opset} -> {QDQ_MIN_OPSET} upgrade changed the model's "
+                         f"outputs (max abs diff {check['max_abs_diff']:.3g}); re-export the model at opset "
+                         f"{QDQ_MIN_OPSET}+", code="convert_source_opset")
+    record.update(opset_upgraded_from=opset, opset_upgraded_to=QDQ_MIN_OPSET,
+                  opset_upgrade={"tool": "onnx.version_converter", "check": check})
+    return record
+
+
+def _upgrade_check(original: Path, upgraded: Path, feeds: dict) -> dict:
+    """Run the source as given and as upgraded on one sample: the upgrade must not change the model."""
+    import numpy as np
+    import onnxruntime as ort
+
+    outs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)
+            for p in (original, upgraded)]
+    diff = max((float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0) for a, b in zip(*outs))
+    scale = max((float(np.max(np.abs(a))) if a.size else 0.0) for a in outs[0])
+    return {"max_abs_diff": diff, "max_abs_output": scale, "samples": 1,
+            "passed": bool(diff <= 1e-4 * max(scale, 1.0))}
