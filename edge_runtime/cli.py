@@ -294,7 +294,7 @@ def _r4(x):
 def _parity_text(p: dict) -> str:
     value = p.get("value")
     if value is None or p.get("metric") in (None, "none", "not_measured"):
-        why = p.get("note") or p.get("reason") or "no parity value recorded"
+        why = p.get("not_measured") or p.get("note") or p.get("reason") or "no parity value recorded"
         return f"parity not measured ({why})"
     extra = [f"min {_r4(p['min'])}" if p.get("min") is not None else None,
              f"{p['samples']} samples" if p.get("samples") else None,

@@ -1,6 +1,7 @@
 """The coreml target and backend: converts and validates on Linux; runs only through
 the faked Core ML boundary here (tests/fake_coreml.py)."""
 
+import dataclasses
 import json
 import shutil
 import struct
@@ -77,8 +78,8 @@ def test_w8_digits_via_cli_records_parity_not_measured(tmp_path):
     rep = v["buckets"][0]["spec_validation"]
     assert rep["int8_weight_tensors"] == 4 and "quantize" not in rep["op_counts"]
     shown = CliRunner().invoke(main, ["inspect", str(out)])
-    assert shown.exit_code == 0 and "coreml: buckets static" in shown.output and "parity top1_agreement None" in \
-        shown.output
+    assert shown.exit_code == 0 and "coreml: buckets static" in shown.output and "parity not measured (Core ML prediction runs only on macOS" \
+        in shown.output and "None" not in shown.output
     as_json = json.loads(CliRunner().invoke(main, ["inspect", str(out), "--json"]).output)
     assert as_json["variants"][0]["parity"]["value"] is None
 
@@ -147,6 +148,7 @@ def test_unsupported_onnx_op_fails_clearly(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
+    from edge_runtime.converters.base import BuildContext
     from edge_runtime.converters.coreml import CoremlConverter
     from edge_runtime.converters.registry import ConversionFailed
 
@@ -160,15 +162,17 @@ def test_unsupported_onnx_op_fails_clearly(tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     with pytest.raises(ConversionFailed, match="ONNX op Erf \\(node 'the_erf'\\) is not supported") as ei:
         CoremlConverter().build_bucket(path, tmp_path / "out.mlpackage", [{"x": np.ones((1, 4), np.float32)}],
-                                       {"task": "tensors", "recipe": "w8", "work": tmp_path})
+                                       BuildContext(task="tensors", recipe="w8", work=tmp_path))
     assert "torch_source" in str(ei.value) and not (tmp_path / "out.mlpackage").exists()
     with pytest.raises(ValueError, match="unknown coreml mode 'w4'"):
-        CoremlConverter().build_bucket(path, tmp_path / "o2.mlpackage", [], {"task": "tensors", "recipe": "w4"})
+        CoremlConverter().build_bucket(path, tmp_path / "o2.mlpackage", [],
+                                       BuildContext(task="tensors", recipe="w4", work=tmp_path))
 
 
 def test_mismatched_torch_source_is_refused(tmp_path):
     import torch
 
+    from edge_runtime.converters.base import BuildContext
     from edge_runtime.converters.coreml import CoremlConverter
     from edge_runtime.converters.coreml_onnx2torch import translate
     from edge_runtime.converters.registry import ConversionFailed
@@ -182,8 +186,8 @@ def test_mismatched_torch_source_is_refused(tmp_path):
     feeds = [{"image": np.random.default_rng(0).random((1, 1, 8, 8), dtype=np.float32)}]
     with pytest.raises(ConversionFailed, match="disagrees with the ONNX source"):
         CoremlConverter().build_bucket(DIGITS / "model.onnx", tmp_path / "o.mlpackage", feeds,
-                                       {"task": "image-classification", "recipe": None, "work": tmp_path,
-                                        "torch_source": tmp_path / "other.pt"})
+                                       BuildContext(task="image-classification", recipe=None, work=tmp_path,
+                                                    torch_source=tmp_path / "other.pt"))
 
 
 def _digits_program(tmp_path, name="digits.bin"):
@@ -217,23 +221,26 @@ def _digits_feeds(n=16):
 def test_torch_export_program_source_w8_and_default_w8a8(tmp_path):
     """A .pt2 (found by its archive, not its suffix) converts through ct.convert(ExportedProgram);
     its default is w8a8 (lifted conv/linear, calibrated) and both packages validate."""
+    from edge_runtime.converters.base import BuildContext
     from edge_runtime.converters.coreml import CoremlConverter
     from edge_runtime.converters.coreml_export import source_kind
 
     src = _digits_program(tmp_path)
     assert source_kind(src) == "export"
-    opts = {"task": "image-classification", "work": tmp_path, "torch_source": src}
+    ctx = BuildContext(task="image-classification", work=tmp_path, torch_source=src)
     conv, fp32 = CoremlConverter(), _static_digits(tmp_path)
-    w8 = conv.build_bucket(fp32, tmp_path / "w8.mlpackage", _digits_feeds(), {**opts, "recipe": "w8"})
-    assert w8["mode"] == "w8" and w8["source"] == "torch.export program digits.bin"
-    assert w8["source_agreement"]["relative"] < 1e-5 and "w8a8_recipe" not in w8
-    rep = w8["bucket_fields"]["spec_validation"]
+    w8 = conv.build_bucket(fp32, tmp_path / "w8.mlpackage", _digits_feeds(), dataclasses.replace(ctx, recipe="w8"))
+    q = w8.quantization
+    assert q["mode"] == "w8" and q["source"] == "torch.export program digits.bin"
+    assert q["source_agreement"]["relative"] < 1e-5 and "w8a8_recipe" not in q
+    rep = w8.fields["spec_validation"]
     assert rep["int8_weight_tensors"] == 4 and "quantize" not in rep["op_counts"]
-    assert w8["bucket_fields"]["coreml"]["inputs"] == {"image": "float32"}
+    assert w8.fields["coreml"]["inputs"] == {"image": "float32"} and w8.entry == "Manifest.json"
     assert not conv._stand_ins                                 # w8: nothing to measure parity on here
-    dflt = conv.build_bucket(fp32, tmp_path / "d.mlpackage", _digits_feeds(), {**opts, "recipe": None})
-    assert dflt["mode"] == "w8a8" and dflt["w8a8_recipe"]["smoothquant"]["groups"] == 0   # no LayerNorm/GELU
-    rep = dflt["bucket_fields"]["spec_validation"]
+    dflt = conv.build_bucket(fp32, tmp_path / "d.mlpackage", _digits_feeds(), ctx)
+    q = dflt.quantization
+    assert q["mode"] == "w8a8" and q["w8a8_recipe"]["smoothquant"]["groups"] == 0   # no LayerNorm/GELU
+    rep = dflt.fields["spec_validation"]
     assert rep["activations"]["quantized_inputs"] == "4/4 conv/linear" and rep["int8_weight_tensors"] == 4
     assert len(conv._stand_ins) == 1
 
@@ -241,18 +248,19 @@ def test_torch_export_program_source_w8_and_default_w8a8(tmp_path):
 def test_torch_source_that_is_neither_fails_typed(tmp_path):
     import torch
 
+    from edge_runtime.converters.base import BuildContext
     from edge_runtime.converters.coreml import CoremlConverter
     from edge_runtime.converters.registry import ConversionFailed
 
     need_coreml()
     (tmp_path / "notes.pt2").write_text("not a model")
     torch.save({"w": torch.zeros(2)}, tmp_path / "state.pt2")
-    opts = {"task": "image-classification", "work": tmp_path, "recipe": None}
+    ctx = BuildContext(task="image-classification", work=tmp_path, recipe=None)
     for name, why in (("notes.pt2", "not a zip archive"), ("state.pt2", "a torch.save pickle")):
         with pytest.raises(ConversionFailed, match=f"torch source {name} is neither TorchScript nor a "
                                                    f"torch.export program \\(.pt2\\): {why}"):
             CoremlConverter().build_bucket(DIGITS / "model.onnx", tmp_path / "o.mlpackage", _digits_feeds(1),
-                                           {**opts, "torch_source": tmp_path / name})
+                                           dataclasses.replace(ctx, torch_source=tmp_path / name))
     assert not (tmp_path / "o.mlpackage").exists()
 
 
