@@ -107,6 +107,9 @@ def test_deadline_cancels_a_running_onnxruntime_call(minilm_embedding_artifact):
         with pytest.raises(er.InferenceTimeout) as ei:
             rt.infer(text, deadline_ms=deadline)
         elapsed = (time.perf_counter() - t0) * 1000
-        assert "did not answer" in ei.value.message                       # stopped inside ORT, not before it
-        assert elapsed < full                                              # cancelled, not run to the end
+        # "did not answer" is said only when ORT's run raised after the token fired: it stopped inside ORT
+        assert "did not answer" in ei.value.message
+        # the time bound only catches a hang: on a busy 2-core box ORT's spinning intra-op threads can delay
+        # the watchdog thread past one full call (CI saw 41 ms against a 38 ms call), so no tight bound here
+        assert elapsed < 3 * full + 100
         assert rt.infer(text).bucket == "seq128"                          # keeps serving
