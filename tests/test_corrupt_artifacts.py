@@ -97,16 +97,30 @@ def test_a_bit_flip_anywhere_in_the_manifest_is_refused(real_copy, fixture, devi
     root = real_copy(fixture)
     mpath = root / "manifest.json"
     original = mpath.read_bytes()
-    codes = {}
+    content = json.loads(original)
+    codes, same = {}, []
     for pos in range(len(original)):          # every byte, a different bit each time
         data = bytearray(original)
         data[pos] ^= 1 << (pos % 8)
         mpath.write_bytes(bytes(data))
+        if _same_content(bytes(data), content):
+            # e.g. "1e-05" -> "1E-05": the bytes changed, the manifest did not; it loads as the same manifest
+            same.append(pos)
+            er.load(root, device=device or "auto").close()
+            continue
         err = _refused(root, device, "manifest.json", f"manifest flip at {pos}")
         codes[err.code] = codes.get(err.code, 0) + 1
     mpath.write_bytes(original)
     er.load(root, device=device or "auto").close()
-    assert sum(codes.values()) == len(original) and "manifest_seal_mismatch" in codes, codes
+    assert sum(codes.values()) + len(same) == len(original) and "manifest_seal_mismatch" in codes, codes
+    assert all(chr(original[p]) in "eE" for p in same), [chr(original[p]) for p in same]
+
+
+def _same_content(data: bytes, content) -> bool:
+    try:
+        return json.loads(data) == content
+    except ValueError:
+        return False
 
 
 def test_a_resealed_edit_is_still_validated_and_an_unsealed_one_refused(real_copy):
