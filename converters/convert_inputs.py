@@ -13,7 +13,7 @@ from edge_runtime.limits import DEFAULT_LIMITS
 
 from .build_variant import Fp32Bucket, Job, Samples
 from .onnx_io import QDQ_MIN_OPSET, io_specs, static_dims, upgrade_opset
-from .request import TEXT_TASKS, ConvertRequest, sample_policy
+from .request import ConvertRequest, sample_policy, task_of
 
 
 def upgrade_source(req: ConvertRequest, opset: int, work: Path, progress) -> Path:
@@ -34,7 +34,7 @@ def upgrade_source(req: ConvertRequest, opset: int, work: Path, progress) -> Pat
 
 def fix_static_shapes(req: ConvertRequest, source: Path, src_inputs: list[dict], work: Path,
                       progress) -> list[Fp32Bucket]:
-    """One fp32 model per bucket with every dim static (text: one per sequence length)."""
+    """One fp32 model per bucket with every dim static (a task with sequence buckets: one per length)."""
     from .onnx_shapes import fix_input_dims
 
     progress("fixing static shapes per bucket")
@@ -47,7 +47,7 @@ def fix_static_shapes(req: ConvertRequest, source: Path, src_inputs: list[dict],
                              f"{str(exc)[:300]}", code="convert_shape_invalid") from None
 
     fp32 = []
-    for seq in (req.buckets if req.task in TEXT_TASKS else [None]):
+    for seq in (req.buckets if task_of(req).sequence_buckets else [None]):
         try:
             dims = static_dims(src_inputs, seq_len=seq, overrides=req.input_shapes)
         except ValueError as exc:

@@ -22,7 +22,9 @@ class OnnxInt8Converter(Converter):
         return tuple(RECIPES)
 
     def default_recipe(self, task: str) -> str:
-        return "transformer" if task.startswith("text-") else "cnn"
+        from edge_runtime.models import get_task
+
+        return get_task(task).recipe_family     # "transformer" (text) or "cnn": both recipes here
 
     def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict],
                      ctx: BuildContext) -> BucketBuild:

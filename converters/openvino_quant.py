@@ -2,10 +2,10 @@
 
 Recipes (the same names as the onnx-int8 target's where they mean the same):
 
-``cnn`` (the default for image and tensor tasks)
+``cnn`` (the default for tasks of ``recipe_family`` "cnn": image, tensors)
     ``nncf.quantize`` with the artifact's calibration feeds, the plain path
     with the performance preset (symmetric int8 weights and activations).
-``transformer`` (the default for text tasks)
+``transformer`` (the default for tasks of ``recipe_family`` "transformer": text)
     ``ModelType.TRANSFORMER`` (SmoothQuant, the mixed preset), with the
     MatMuls fed by GELU (FFN down projections) and by attention (output
     projections), and the head after the last LayerNorm, kept in float:
@@ -84,8 +84,10 @@ def _params(task: str, overrides: dict, model=None) -> dict:
     unknown = set(overrides) - _KNOWN_OVERRIDES
     if unknown:
         raise ValueError(f"unknown openvino recipe override(s) {sorted(unknown)} (known: {sorted(_KNOWN_OVERRIDES)})")
-    text = task.startswith("text-")
-    model_type = overrides.get("model_type", "transformer" if text else "none")
+    from edge_runtime.models import get_task
+
+    transformer = get_task(task).recipe_family == "transformer"
+    model_type = overrides.get("model_type", "transformer" if transformer else "none")
     preset = overrides.get("preset", "mixed" if model_type == "transformer" else "performance")
     kw = {
         "model_type": nncf.ModelType.TRANSFORMER if model_type == "transformer" else None,

@@ -23,13 +23,12 @@ from edge_runtime.artifact import ArtifactWriter
 from edge_runtime.devices import registry
 from edge_runtime.errors import ArtifactError, InputError, ParityError
 from edge_runtime.manifest import FORMAT, FORMAT_VERSION
-from edge_runtime.models import get_task
 
 from .build_variant import Job, build_variant
 from .convert_inputs import fix_static_shapes, record_source, split_samples, upgrade_source
 from .onnx_io import io_specs, read_source
 from .parity_trials import Reference
-from .request import TEXT_TASKS, ConvertRequest, available_targets, check_recipe, check_request
+from .request import ConvertRequest, available_targets, check_recipe, check_request, task_of
 
 
 def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
@@ -39,9 +38,9 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
     targets, skipped = available_targets(req.targets, progress, allow_skip=req.allow_skip)
     import onnxruntime  # noqa: F401  (the fp32 reference runs on it)
 
-    task_cls = get_task(req.task)
-    if req.task in TEXT_TASKS:
-        req.buckets = sorted(set(req.buckets or [64, 128]))
+    task_cls = task_of(req)
+    if task_cls.sequence_buckets:
+        req.buckets = sorted(set(req.buckets or task_cls.default_buckets))
     out = Path(req.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -52,7 +51,7 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
         src_inputs, src_outputs = io_specs(req.source)
         source = upgrade_source(req, source_info["opset"], work, progress)
         job.fp32 = fix_static_shapes(req, source, src_inputs, work, progress)
-        pre, post = _sections(req, job.writer, src_outputs)
+        pre, post = _sections(task_cls, req, job.writer, src_outputs)
         job.draft = {"preprocess": pre, "postprocess": post}
         task_ref = _reference_task(job)
         samples = split_samples(job, task_ref, progress)
@@ -71,26 +70,15 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _sections(req: ConvertRequest, writer: ArtifactWriter, outputs: list[dict]) -> tuple[dict, dict]:
-    first = outputs[0]
-    if req.task in TEXT_TASKS:
-        pre = {"kind": "text", "tokenizer": writer.add_file("tokenizer.json", req.tokenizer),
-               "max_length": max(req.buckets), "pad_id": 0}
-    elif req.task == "image-classification":
-        pre = {"kind": "image", **req.preprocess}
-    else:
-        pre = {"kind": "tensors", **(req.preprocess or {})}
-    post: dict = {}
-    if req.task in ("text-classification", "image-classification"):
-        post = {"output": first["name"], "softmax": True}
-        if req.task == "image-classification":
-            post["top_k"] = 5
-        if req.labels:
-            post["labels"] = writer.add_file("labels.txt", req.labels)
-    elif req.task == "text-embedding":
-        post = {"output": first["name"], "pooling": "mean" if len(first["shape"]) == 3 else "none",
-                "normalize": True}
-    return pre, post
+def _sections(task_cls, req: ConvertRequest, writer: ArtifactWriter, outputs: list[dict]) -> tuple[dict, dict]:
+    """The artifact's ``preprocess`` and ``postprocess``: the task's own (``Task.build_sections``)."""
+    from edge_runtime.models import TaskInvalid
+
+    built = task_cls.build_sections(req, writer, outputs)
+    if not (isinstance(built, tuple) and len(built) == 2 and all(isinstance(s, dict) for s in built)):
+        raise TaskInvalid(f"task {task_cls.name!r}: {task_cls.__name__}.build_sections returned {built!r:.200}, "
+                          "not (preprocess, postprocess) dicts", task=task_cls.name)
+    return built
 
 
 def _reference_task(job: Job):

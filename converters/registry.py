@@ -9,15 +9,13 @@ the built-in converter. What an entry point loads must be a
 
 from __future__ import annotations
 
-import importlib
-from importlib import metadata
+from edge_runtime.plugins import entry_point_refs, resolve_ref
 
 from edge_runtime.errors import EdgeRuntimeError, InputError
 
 from .base import Converter
 
 GROUP = "edge_runtime.converters"
-_OWN_DIST = "edge-runtime"
 
 
 class ConversionFailed(ValueError):
@@ -43,24 +41,10 @@ _BUILTIN = {"onnx-int8": "edge_runtime.converters.onnx_int8:OnnxInt8Converter",
             "coreml": "edge_runtime.converters.coreml:CoremlConverter"}
 
 
-def _dist_name(ep) -> str:
-    try:
-        return (ep.dist.metadata["Name"] or "").lower().replace("_", "-") if ep.dist is not None else ""
-    except Exception:  # unreadable metadata: not this distribution
-        return ""
-
-
 def converter_targets() -> dict[str, str]:
     """target -> "module:attr"."""
     found = dict(_BUILTIN)
-    try:
-        eps = list(metadata.entry_points(group=GROUP))
-    except Exception:  # broken metadata must not break the built-in converters
-        eps = []
-    for own in (True, False):   # this distribution's entries first, any other's over them
-        for ep in eps:
-            if (_dist_name(ep) == _OWN_DIST) == own:
-                found[ep.name] = ep.value
+    found.update(entry_point_refs(GROUP))
     return found
 
 
@@ -74,11 +58,8 @@ def get_converter(target: str) -> Converter:
     if target not in refs:
         raise unknown_target(target, refs)
     ref = refs[target]
-    module, _, attr = ref.partition(":")
     try:
-        obj = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
+        obj = resolve_ref(ref)
     except Exception as exc:
         raise ConverterInvalid(f"converter for target {target!r} ({ref}) cannot be loaded: "
                                f"{type(exc).__name__}: {exc}") from exc

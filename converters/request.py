@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
-import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,17 +17,31 @@ from edge_runtime.errors import InputError
 from .base import Converter
 from .registry import converter_targets, get_converter, unknown_target
 
-TEXT_TASKS = ("text-classification", "text-embedding")
 
-# --preprocess keys each task reads (models/image.py ``to_tensor`` and
-# ImageClassification; models/tensors.py). The one place to extend when a task
-# learns a new key; ``check_preprocess`` type-checks the ones it knows.
-PREPROCESS_KEYS: dict[str, tuple[str, ...]] = {
-    "image-classification": ("size", "channels", "scale", "mean", "std", "layout", "resize", "input"),
-    "tensors": ("allow_nonfinite",),
-}
-LAYOUTS = ("NCHW", "NHWC")
-_RESIZE_FALLBACK = ("bilinear", "nearest", "bicubic", "lanczos", "box", "bilinear-half-pixel")
+class _PreprocessKeys(Mapping):
+    """task -> the ``--preprocess`` keys it reads: a read-only view of each task's
+    ``preprocess_keys`` (models/), for code that looked them up here."""
+
+    def __getitem__(self, task: str) -> tuple[str, ...]:
+        from edge_runtime.models import UnknownTask, get_task
+
+        try:
+            return tuple(get_task(task).preprocess_keys)
+        except UnknownTask:
+            raise KeyError(task) from None
+
+    def __iter__(self):
+        from edge_runtime.models import task_names
+
+        return iter(task_names())
+
+    def __len__(self) -> int:
+        from edge_runtime.models import task_names
+
+        return len(task_names())
+
+
+PREPROCESS_KEYS: Mapping[str, tuple[str, ...]] = _PreprocessKeys()
 
 # Sample counts: under the minimum a convert is refused (unless allow_few_samples),
 # under the warning level it warns. The zoo meets them: digits-cnn 200 calibration
@@ -48,7 +62,7 @@ class ConvertRequest:
     calibration: Path
     labels: Path | None = None
     tokenizer: Path | None = None
-    buckets: list[int] | None = None      # text tasks only (None: 64, 128)
+    buckets: list[int] | None = None      # tasks with sequence buckets only (None: the task's default_buckets)
     min_parity: float | None = None
     parity_data: Path | None = None
     preprocess: dict | None = None
@@ -97,25 +111,34 @@ def _bad(msg: str, code: str = "convert_request_invalid"):
     raise InputError(msg, code=code)
 
 
-def check_request(req: ConvertRequest) -> None:
-    from edge_runtime.models import task_names
+def task_of(req: ConvertRequest):
+    """The request's task contract; an unknown task is the caller's (``convert_task_unknown``)."""
+    from edge_runtime.models import UnknownTask, get_task
 
-    if req.task not in task_names():
-        _bad(f"unknown task {req.task!r} (known: {', '.join(task_names())})", "convert_task_unknown")
+    try:
+        return get_task(req.task)
+    except UnknownTask as exc:
+        _bad(exc.message, "convert_task_unknown")
+
+
+def check_request(req: ConvertRequest) -> None:
+    task = task_of(req)
     if not Path(req.source).is_file():
         raise InputError(f"source model {req.source} does not exist", code="convert_source_missing")
     if not Path(req.calibration).exists():
         raise InputError(f"calibration data {req.calibration} does not exist", code="convert_calibration_missing")
-    check_data_path(req.task, req.calibration, "--calibration")
+    task.check_sample_path(req.calibration, "--calibration")
     if req.parity_data is not None:
         if not Path(req.parity_data).exists():
             raise InputError(f"parity data {req.parity_data} does not exist", code="convert_calibration_missing")
-        check_data_path(req.task, req.parity_data, "--parity-data")
-    if req.task in TEXT_TASKS and not req.tokenizer:
+        task.check_sample_path(req.parity_data, "--parity-data")
+    if task.needs_tokenizer and not req.tokenizer:
         raise InputError(f"task {req.task} needs --tokenizer", code="convert_tokenizer_missing")
-    if req.task == "image-classification" and not req.preprocess:
-        raise InputError("image-classification needs --preprocess (size, channels, mean, std, layout)",
+    if task.needs_preprocess and not req.preprocess:
+        raise InputError(f"{req.task} needs --preprocess ({', '.join(task.preprocess_keys)})",
                          code="convert_preprocess_missing")
+    if req.labels and not task.takes_labels:
+        raise InputError(f"--labels: task {req.task} takes no labels (drop --labels)", code="convert_labels_unused")
     out = Path(req.out)
     if out.exists() and not out.is_dir():
         raise InputError(f"output {out} exists and is not a directory", code="convert_out_exists")
@@ -130,7 +153,7 @@ def check_request(req: ConvertRequest) -> None:
     if req.torch_source is not None and not Path(req.torch_source).is_file():
         raise InputError(f"torch source {req.torch_source} does not exist", code="convert_source_missing")
     check_options(req)
-    check_preprocess(req.task, req.preprocess)
+    task.check_preprocess(req.preprocess)
 
 
 def check_options(req: ConvertRequest) -> None:
@@ -140,9 +163,10 @@ def check_options(req: ConvertRequest) -> None:
             _bad(f"--min-parity must be in (0, 1] (top-1 agreement or mean cosine), got {mp!r}",
                  "convert_min_parity_invalid")
     if req.buckets is not None:
-        if req.task not in TEXT_TASKS:
-            _bad(f"--buckets are sequence lengths for text tasks; task {req.task} has one static shape "
-                 f"(fix an input's dims with --input-shape NAME=D1,D2,... instead)", "convert_buckets_invalid")
+        if not task_of(req).sequence_buckets:
+            _bad(f"--buckets are sequence lengths, for text tasks (tasks with sequence buckets); task {req.task} "
+                 f"has one static shape (fix an input's dims with --input-shape NAME=D1,D2,... instead)",
+                 "convert_buckets_invalid")
         if not req.buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in req.buckets):
             _bad(f"--buckets must be positive integers, got {req.buckets!r}", "convert_buckets_invalid")
     for what, n in (("min_calibration_samples", req.min_calibration_samples),
@@ -152,83 +176,18 @@ def check_options(req: ConvertRequest) -> None:
 
 
 def check_data_path(task: str, path, what: str) -> None:
-    """The kind of file or folder each task's ``load_samples`` takes, checked before it is called."""
-    p = Path(path)
-    if task == "tensors":
-        if p.is_dir():
-            _bad(f"{what} {p} is a directory; the tensors task takes an .npz of named arrays, one per model "
-                 f"input, samples along the first axis (numpy.savez(F, input_name=array))",
-                 "convert_calibration_invalid")
-        if not zipfile.is_zipfile(p):
-            _bad(f"{what} {p} is not an .npz archive; the tensors task takes an .npz of named arrays, one per "
-                 f"model input, samples along the first axis (numpy.savez(F, input_name=array))",
-                 "convert_calibration_invalid")
-    elif task == "image-classification":
-        if not p.is_dir() and p.suffix.lower() != ".npy":
-            _bad(f"{what} {p}: image-classification takes a folder of PNG/JPEG/BMP images or a .npy of "
-                 f"uint8 images", "convert_calibration_invalid")
-    elif task in TEXT_TASKS:
-        if p.is_dir():
-            _bad(f"{what} {p} is a directory; text tasks take a .txt (one sample a line), .jsonl ('text') or "
-                 f".tsv (text<TAB>label) file", "convert_calibration_invalid")
+    """The kind of file or folder the task's ``load_samples`` takes, checked before it is called
+    (``Task.check_sample_path``)."""
+    from edge_runtime.models import get_task
 
-
-def _resize_methods() -> tuple[str, ...]:
-    try:
-        from edge_runtime.models.image import _RESAMPLE
-
-        return tuple(_RESAMPLE) + ("bilinear-half-pixel",)
-    except ImportError:   # pragma: no cover
-        return _RESIZE_FALLBACK
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    get_task(task).check_sample_path(path, what)
 
 
 def check_preprocess(task: str, pre) -> None:
-    """Refuse keys the task does not read and values it cannot use."""
-    if pre is None:
-        return
-    if not isinstance(pre, dict):
-        _bad(f"--preprocess must be a JSON object, got {type(pre).__name__}", "convert_preprocess_invalid")
-    allowed = PREPROCESS_KEYS.get(task, ())
-    unknown = sorted(set(pre) - set(allowed))
-    if unknown:
-        _bad(f"--preprocess: unknown key(s) {', '.join(map(repr, unknown))} for task {task} (known: "
-             f"{', '.join(allowed) or 'none: the task takes no --preprocess'})", "convert_preprocess_invalid")
+    """Refuse keys the task does not read and values it cannot use (``Task.check_preprocess``)."""
+    from edge_runtime.models import get_task
 
-    def bad(key, want):
-        _bad(f"--preprocess {key!r}: {want}, got {pre[key]!r}", "convert_preprocess_invalid")
-
-    if task == "image-classification":
-        if "size" not in pre:
-            _bad("--preprocess needs 'size' ([height, width]) for image-classification", "convert_preprocess_invalid")
-    if "size" in pre:
-        s = pre["size"]
-        if not (isinstance(s, list) and len(s) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
-                                                            and v > 0 for v in s)):
-            bad("size", "need two positive integers [height, width]")
-    channels = pre.get("channels", 3)
-    if "channels" in pre and (isinstance(channels, bool) or channels not in (1, 3)):
-        bad("channels", "need 1 or 3")
-    if "scale" in pre and not (_is_num(pre["scale"]) and pre["scale"] > 0):
-        bad("scale", "need a positive number")
-    for key in ("mean", "std"):
-        if key in pre:
-            v = pre[key]
-            if not (isinstance(v, list) and len(v) in {1, channels} and all(_is_num(x) for x in v)):
-                bad(key, f"need a list of 1 or {channels} (channels) numbers")
-            if key == "std" and any(x <= 0 for x in v):
-                bad(key, "every std must be > 0")
-    if "layout" in pre and pre["layout"] not in LAYOUTS:
-        bad("layout", f"need one of {', '.join(LAYOUTS)}")
-    if "resize" in pre and pre["resize"] not in _resize_methods():
-        bad("resize", f"need one of {', '.join(_resize_methods())}")
-    if "input" in pre and not isinstance(pre["input"], str):
-        bad("input", "need a string (\"pixels\": the 0..255 pixels are the model's integer input)")
-    if "allow_nonfinite" in pre and not isinstance(pre["allow_nonfinite"], bool):
-        bad("allow_nonfinite", "need true or false")
+    get_task(task).check_preprocess(pre)
 
 
 def sample_policy(req: ConvertRequest, n_calib: int, n_held: int, progress) -> dict:

@@ -4,7 +4,11 @@ Nothing is converted: the model file is copied and hashed; its input/output
 names, dtypes, shapes and quantization come from the model itself; labels may
 be shifted by a background offset. A model compiled for the Edge TPU becomes
 an ``edgetpu`` variant, any other a ``tflite-int8`` one. Parity is recorded
-as not measured: there is no fp32 reference to measure it against.
+as not measured: there is no fp32 reference to measure it against. Which
+tasks it imports, the check of the model's tensors and the ``preprocess`` /
+``postprocess`` sections come from the task contract (``Task.importable``,
+``check_io``, ``import_sections``, ``takes_labels``, ``import_options``); the
+built-in importable tasks are image-classification and tensors.
 
 Image classifiers (``task="image-classification"``): one image input,
 ``[1, H, W, C]`` (NHWC) or ``[1, C, H, W]`` (NCHW), C in 1/3; one ``[1, C]``
@@ -42,7 +46,6 @@ input; absent for a float input.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -55,20 +58,12 @@ from edge_runtime import __version__
 from edge_runtime.artifact import ArtifactWriter, sha256_file
 from edge_runtime.errors import ArtifactError, InputError
 from edge_runtime.manifest import FORMAT, FORMAT_VERSION
+from edge_runtime.models import get_task, tasks_where
+from edge_runtime.models.base import TaskMismatch
+from edge_runtime.models.image_import import image_preprocess  # noqa: F401 (re-exported: tests, callers)
 
 _MAX_MODEL_BYTES = 512 << 20
 log = logging.getLogger("edge_runtime.import")
-
-# (name, normalisation, the options that state it): the ranges a warning may name
-_KNOWN_NORMALISATIONS = (
-    ("[-1, 1]", {"scale": 1 / 127.5, "mean": [1.0], "std": [1.0]}, "--scale 1/127.5 --mean 1 --std 1"),
-    ("[0, 1] (RGB/255)", {"scale": 1 / 255, "mean": [0.0], "std": [1.0]}, "--scale 1/255 --mean 0 --std 1"),
-    ("ImageNet mean/std", {"scale": 1 / 255, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
-     "--scale 1/255 --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225"),
-    ("[0, 255]", {"scale": 1.0, "mean": [0.0], "std": [1.0]}, "--scale 1 --mean 0 --std 1"),
-)
-_MIN_COVERAGE = 1 / 8
-
 
 def _spec(detail: dict) -> dict:
     spec = {"name": detail["name"], "dtype": np.dtype(detail["dtype"]).name,
@@ -127,170 +122,18 @@ def _edgetpu_summary(model: Path) -> dict | None:
     return {k: r[k] for k in keep}
 
 
-def _image_layout(shape: list[int]) -> str | None:
-    if len(shape) != 4 or shape[0] != 1:
-        return None
-    if shape[3] in (1, 3):
-        return "NHWC"
-    if shape[1] in (1, 3):
-        return "NCHW"
-    return None
-
-
-def _check_image_model(info: dict) -> None:
-    if len(info["inputs"]) != 1:
-        raise InputError(f"an image classifier takes one input; this model has {len(info['inputs'])} "
-                         "(import it with --task tensors)", code="import_model_unsupported")
-    spec = info["inputs"][0]
-    shape = spec["shape"]
-    if _image_layout(shape) is None:
-        raise InputError(f"image input must be [1, H, W, 1|3] or [1, 1|3, H, W], got {shape} "
-                         "(import it with --task tensors)", code="import_model_unsupported")
-    if spec["dtype"] not in ("uint8", "int8", "float32"):
-        raise InputError(f"image input dtype {spec['dtype']} is not supported", code="import_model_unsupported")
-    from edge_runtime.models.image_classification import NotAClassifier, classifier_output
+def importable_task(task: str):
+    """The task class ``import`` builds artifacts of (``Task.importable``), or ``import_task_unsupported``."""
+    from edge_runtime.models import TaskInvalid, task_names
 
     try:
-        classifier_output(info["outputs"])
-    except NotAClassifier as exc:
-        raise InputError(str(exc), code="import_task_mismatch") from None
-
-
-def _floats(value, what: str) -> list[float]:
-    """``0.5``, ``"1/255"``, ``"0.485,0.456,0.406"`` or a list of those → floats."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        items = [value]
-    elif isinstance(value, str):
-        items = [v for v in value.replace(" ", "").split(",") if v != ""]
-    else:
-        items = list(value)
-    out = []
-    for item in items:
-        try:
-            if isinstance(item, str) and "/" in item:
-                num, den = item.split("/", 1)
-                f = float(num) / float(den)
-            else:
-                f = float(item)
-        except (ValueError, ZeroDivisionError):
-            raise InputError(f"{what}: {item!r} is not a number (write 0.5, 1/255 or 0.485,0.456,0.406)",
-                             code="import_preprocess_invalid") from None
-        if not math.isfinite(f):
-            raise InputError(f"{what}: {item!r} is not finite", code="import_preprocess_invalid")
-        out.append(f)
-    if not out:
-        raise InputError(f"{what} is empty", code="import_preprocess_invalid")
-    return out
-
-
-def _stated_normalisation(channels: int, scale=None, mean=None, std=None) -> dict | None:
-    if scale is None and mean is None and std is None:
-        return None
-    sc = _floats(scale, "--scale") if scale is not None else [1 / 255]
-    if len(sc) != 1 or sc[0] <= 0:
-        raise InputError(f"--scale must be one positive number, got {scale!r}", code="import_preprocess_invalid")
-    mn = _floats(mean, "--mean") if mean is not None else [0.0]
-    sd = _floats(std, "--std") if std is not None else [1.0]
-    for what, vals in (("--mean", mn), ("--std", sd)):
-        if len(vals) not in (1, channels):
-            raise InputError(f"{what} has {len(vals)} values for a {channels}-channel input (give 1 or {channels})",
-                             code="import_preprocess_invalid")
-    if any(v == 0 for v in sd):
-        raise InputError("--std must not be 0", code="import_preprocess_invalid")
-    return {"scale": sc[0], "mean": mn, "std": sd}
-
-
-def _range(norm: dict, channels: int) -> tuple[float, float]:
-    """The normalised float range of pixel values 0..255 over all channels."""
-    mean = np.broadcast_to(np.asarray(norm["mean"], dtype=np.float64), (channels,))
-    std = np.broadcast_to(np.asarray(norm["std"], dtype=np.float64), (channels,))
-    ends = np.stack([(0.0 - mean) / std, (255.0 * norm["scale"] - mean) / std])
-    return float(ends.min()), float(ends.max())
-
-
-def _looks_like(spec: dict, channels: int):
-    """The known normalisation whose float range matches the input quantization's, or None."""
-    q = spec.get("quantization")
-    if not q:
-        return None
-    info = np.iinfo(np.dtype(spec["dtype"]))
-    lo, hi = (info.min - q["zero_point"]) * q["scale"], (info.max - q["zero_point"]) * q["scale"]
-    best = None
-    for name, norm, flags in _KNOWN_NORMALISATIONS:
-        a, b = _range(norm, channels)
-        err = (abs(a - lo) + abs(b - hi)) / max(hi - lo, 1e-12)
-        if err < 0.1 and (best is None or err < best[0]):
-            best = (err, name, flags)
-    return None if best is None else best[1:]
-
-
-def image_preprocess(spec: dict, *, resize: str = "bilinear-half-pixel", scale=None, mean=None, std=None,
-                     warnings: list | None = None) -> dict:
-    """The ``preprocess`` section for an image input ``spec`` (see the module doc),
-    the normalisation checked against the input's quantization. Warnings are
-    appended to ``warnings``."""
-    from edge_runtime.models.image import input_plan, quantized_levels, default_normalisation
-
-    warnings = [] if warnings is None else warnings
-    shape = spec["shape"]
-    layout = _image_layout(shape)
-    if layout is None:
-        raise InputError(f"image input must be [1, H, W, 1|3] or [1, 1|3, H, W], got {shape}",
-                         code="import_model_unsupported")
-    h, w, c = (shape[1], shape[2], shape[3]) if layout == "NHWC" else (shape[2], shape[3], shape[1])
-    pre = {"kind": "image", "size": [h, w], "channels": c, "layout": layout, "resize": resize}
-    norm = _stated_normalisation(c, scale, mean, std)
-    source = "stated" if norm is not None else "default"
-    if norm is None:
-        norm = default_normalisation(spec)
-        if spec["dtype"] == "int8":
-            seen = _looks_like(spec, c)
-            if seen is None or seen[0] != _KNOWN_NORMALISATIONS[0][0]:
-                q = spec["quantization"] if spec.get("quantization") else {"scale": 1.0, "zero_point": 0}
-                hint = (f"; its input quantization (scale {q['scale']:.6g}, zero point {q['zero_point']}) "
-                        f"covers the range of {seen[0]}: if that is what it was trained on, import with {seen[1]}"
-                        if seen else "")
-                warnings.append(f"no normalisation stated for the int8 input: assuming [-1, 1] "
-                                f"(--scale 1/127.5 --mean 1 --std 1){hint}")
-    pre.update(scale=float(norm["scale"]), mean=[float(v) for v in norm["mean"]],
-               std=[float(v) for v in norm["std"]], normalisation_source=source)
-    dtype = np.dtype(spec["dtype"])
-    if dtype.kind in "iu":
-        levels = quantized_levels(pre, spec, c)
-        info = np.iinfo(dtype)
-        lo, hi = float(levels.min()), float(levels.max())
-        q = spec.get("quantization") or {"scale": 1.0, "zero_point": 0}
-        flo, fhi = _range(norm, c)
-        if lo < info.min - 1 or hi > info.max + 1:
-            seen = _looks_like(spec, c)
-            hint = f"; the input quantization covers the range of {seen[0]} ({seen[1]})" if seen else ""
-            raise InputError(
-                f"the normalised pixels ({flo:.4g}..{fhi:.4g}) quantize to {lo:.1f}..{hi:.1f} with the input's "
-                f"scale {q['scale']:.6g} and zero point {q['zero_point']}, outside {dtype.name} "
-                f"{info.min}..{info.max}: they would be clipped. The normalisation does not fit the model's "
-                f"input; state the one it was trained with (--scale/--mean/--std){hint}",
-                code="import_normalisation_clips")
-        share = (hi - lo) / (info.max - info.min)
-        if share < _MIN_COVERAGE:
-            warnings.append(f"the normalised pixels ({flo:.4g}..{fhi:.4g}) use {hi - lo:.1f} of the "
-                            f"{info.max - info.min} steps of the {dtype.name} input ({share:.0%}): most pixel "
-                            "values quantize alike; check --scale/--mean/--std")
-        kind, _ = input_plan(pre, spec, c)
-        pre["input"] = "pixels" if kind in ("cast", "shift") else "quantized"
-    return pre
-
-
-def _image_sections(info: dict, resize: str, warnings: list, **norm) -> tuple[dict, dict]:
-    spec = info["inputs"][0]
-    pre = image_preprocess(spec, resize=resize, warnings=warnings, **norm)
-    out = info["outputs"][0]
-    q = out.get("quantization") or {}
-    # a model that ends in SOFTMAX (maybe then reshaped or re-quantized) already outputs
-    # probabilities; inside an Edge TPU custom op the softmax is not visible, but its
-    # output quantization is the softmax one (scale 1/256, zero point 0)
-    probs = "SOFTMAX" in info["ops"][-3:] or (abs(q.get("scale", 0) - 1 / 256) < 1e-9 and q.get("zero_point") == 0)
-    post = {"output": out["name"], "top_k": 5, "softmax": not probs}
-    return pre, post
+        cls = get_task(task) if task in task_names() else None
+    except TaskInvalid:
+        cls = None
+    if cls is None or not cls.importable:
+        raise InputError(f"import supports {', '.join(tasks_where(lambda t: t.importable))}, not {task!r}",
+                         code="import_task_unsupported")
+    return cls
 
 
 def import_tflite(model: Path, out: Path, *, task: str = "image-classification", labels: Path | None = None,
@@ -306,17 +149,19 @@ def import_tflite(model: Path, out: Path, *, task: str = "image-classification",
         raise InputError(f"model {model} does not exist", code="import_model_missing")
     if model.stat().st_size > _MAX_MODEL_BYTES:
         raise InputError(f"model is over {_MAX_MODEL_BYTES >> 20} MiB", code="import_model_too_large")
-    if task not in ("image-classification", "tensors"):
-        raise InputError(f"import supports image-classification and tensors, not {task!r}",
-                         code="import_task_unsupported")
-    if task == "tensors":
-        if labels:
-            raise InputError("--labels is for image-classification: a tensors artifact returns the model's outputs "
-                             "and has no labels (drop --labels, or import with --task image-classification)",
-                             code="import_labels_unused")
-        if any(v is not None for v in (scale, mean, std)):
-            raise InputError("--scale/--mean/--std are image pre-processing: a tensors artifact takes its "
-                             "inputs as given", code="import_preprocess_unused")
+    task_cls = importable_task(task)
+    given = {k: v for k, v in (("scale", scale), ("mean", mean), ("std", std)) if v is not None}
+    if labels and not task_cls.takes_labels:
+        takes = ", ".join(tasks_where(lambda t: t.importable and t.takes_labels)) or "none"
+        raise InputError(f"--labels: task {task} takes no labels (a {task} artifact returns the model's outputs); "
+                         f"drop --labels, or import with a task that takes them ({takes})",
+                         code="import_labels_unused")
+    unused = [k for k in given if k not in task_cls.import_options]
+    if unused:
+        flags = "/".join(f"--{k}" for k in unused)
+        raise InputError(f"{flags}: task {task} takes no such pre-processing (it reads "
+                         f"{', '.join('--' + o for o in task_cls.import_options) or 'none'}; a {task} artifact "
+                         f"takes its inputs as given)", code="import_preprocess_unused")
     if label_offset and not labels:
         raise InputError("--label-offset shifts a labels file: give --labels too", code="import_labels_unused")
     if label_offset < 0:
@@ -329,26 +174,26 @@ def import_tflite(model: Path, out: Path, *, task: str = "image-classification",
     info = read_model(model)
     if any(s.get("dynamic") for s in info["inputs"] + info["outputs"]):
         raise InputError("the model has dynamic dimensions; artifacts are static-shape", code="import_shape_dynamic")
-    if task == "image-classification":
-        _check_image_model(info)
+    try:
+        facts = task_cls.check_io(info["inputs"], info["outputs"])
+    except TaskMismatch as exc:      # the model's inputs are unsupported; its outputs are another task's
+        raise InputError(str(exc), code="import_model_unsupported" if exc.part == "inputs"
+                         else "import_task_mismatch") from None
     warnings: list[str] = []
-    if task == "tensors":
-        pre, post = {"kind": "tensors"}, {}
-    else:
-        pre, post = _image_sections(info, resize, warnings, scale=scale, mean=mean, std=std)
+    options = {k: v for k, v in {"resize": resize, **given}.items() if k in task_cls.import_options}
+    pre, post = task_cls.import_sections(info, options, warnings)
     names = None
-    if labels and task == "image-classification":
+    if labels:
         from edge_runtime.models.base import describe_duplicates, duplicate_labels
-        from edge_runtime.models.image_classification import classifier_output
 
-        spec, classes = classifier_output(info["outputs"])
+        classes, spec = facts.get("classes"), facts.get("output") or {}
         try:
             text = Path(labels).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"cannot read labels file {labels}: {exc}", code="import_labels_unreadable") from None
         names = [ln.strip() for ln in text.splitlines() if ln.strip()]
         names = [f"background_{i}" if label_offset > 1 else "background" for i in range(label_offset)] + names
-        if len(names) != classes:
+        if classes is not None and len(names) != classes:
             raise InputError(f"{len(names)} labels (offset {label_offset} included) for {classes} classes "
                              f"(output {spec['name']!r} {spec['shape']}); adjust --label-offset",
                              code="import_labels_mismatch")

@@ -11,40 +11,40 @@ names, dtypes and shapes.
 The package directory must hold exactly the files the manifest lists for the
 bucket (they are sha256-verified by the runtime), with no symlinks.
 
-On Linux the backend says it cannot run (suitability 0, "Core ML runs only on
-macOS"). Tests replace the vendor module (``module=``) with a fake whose
-``MLModel.predict`` runs a CPU twin, so this code path runs everywhere; on an
-Apple Silicon Mac it scores above onnxruntime and openvino.
+On Linux the backend says it cannot run ("Core ML runs only on macOS"). Tests
+replace the vendor module (``module=``) with a fake whose ``MLModel.predict``
+runs a CPU twin, and the probe with one that answers "a Mac", so this code path
+runs everywhere. On Apple Silicon its tier is ``accelerator`` (the Neural
+Engine), which the policy ranks above every CPU path; on an Intel Mac ``cpu``.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from edge_runtime.errors import ArtifactError, DeviceError
+from edge_runtime.errors import ArtifactError, InputError
 
-from .base import Suitability, check_feeds
+from .base import Capabilities, DeviceBackend, DeviceSession, Option, Suitability
 
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_ONLY", "CPU_AND_GPU")
-SCORE_APPLE_SILICON = 30      # above openvino (20) and onnxruntime (12): the Neural Engine
-SCORE_INTEL_MAC = 10          # CPU/GPU only: below onnxruntime
 _INT32 = np.iinfo(np.int32)
 
 
-def compute_units(device: str | None, options: dict) -> str:
-    """The device suffix (``coreml:cpu_only``) or the ``compute_units`` option; ALL by default."""
+def compute_units(device: str | None, options) -> str:
+    """The device suffix (``coreml:cpu_only``) or the ``compute_units`` option; ALL by default.
+    Both given and different: the caller's error (``InputError``)."""
     opt = options.get("compute_units")
     device = None if device in (None, "", "auto") else device
     if device and opt and str(opt).upper() != device.upper():
-        raise DeviceError(f"device coreml:{device} and compute_units={opt} disagree", code="device_option_invalid")
+        raise InputError(f"device coreml:{device} and compute_units={opt} disagree", code="device_option_invalid",
+                         option="compute_units")
     cu = str(opt or device or "ALL").upper()
     if cu not in COMPUTE_UNITS:
-        raise DeviceError(f"unknown Core ML compute units {cu!r} (one of {', '.join(COMPUTE_UNITS)})",
-                          code="device_option_invalid")
+        raise InputError(f"unknown Core ML compute units {cu!r} (one of {', '.join(COMPUTE_UNITS)})",
+                         code="device_option_invalid", option="compute_units")
     return cu
 
 
@@ -69,25 +69,20 @@ def check_package(model_path: Path, bucket: dict) -> Path:
     return root / rel
 
 
-class CoremlSession:
+class CoremlSession(DeviceSession):
     # a running predict cannot be stopped: the runtime runs it on its pool to keep deadlines
-    cancellable = False
+    capabilities = Capabilities()
 
     def __init__(self, package: Path, bucket: dict, units: str, module, device: str):
-        self._bucket = bucket
+        super().__init__(bucket, device)
         self.compute_units = units
-        self.device = device
         self._model = module.models.MLModel(str(package), compute_units=getattr(module.ComputeUnit, units))
         declared = bucket.get("coreml", {})
         self._in = {t["name"]: np.dtype(declared.get("inputs", {}).get(t["name"], t["dtype"]))
                     for t in bucket["inputs"]}
         self._lock = threading.Lock()
-        self._closed = False
 
-    def run(self, feeds, cancel=None):
-        if self._closed:
-            raise RuntimeError("session is closed")
-        check_feeds(feeds, self._bucket)
+    def _run(self, feeds, cancel):
         data = {}
         for name, want in self._in.items():
             arr = feeds[name]
@@ -110,57 +105,47 @@ class CoremlSession:
     def info(self) -> dict:
         return {"compute_units": self.compute_units, "inputs_as": {k: str(v) for k, v in self._in.items()}}
 
-    def close(self) -> None:
-        self._closed = True
+    def _release(self) -> None:
         self._model = None
 
 
-class CoremlBackend:
+class CoremlBackend(DeviceBackend):
     name = "coreml"
     targets = ("coreml",)
+    packages = ("coremltools",)
+    package_label = "coremltools"
+    install = "pip install 'edge-runtime[coreml]'"
+    devices = ("auto", *(u.lower() for u in COMPUTE_UNITS))
+    options = (Option("compute_units", str, None, "where Core ML may place ops (default ALL; the same as "
+                                                  "--device coreml:<units>)", choices=COMPUTE_UNITS),)
 
-    def __init__(self, module=None, name: str = "coreml", pretend: dict | None = None):
-        # tests replace the vendor boundary (coremltools: MLModel, ComputeUnit) and, with
-        # ``pretend``, the host facts; everything else is the real code path
-        self._module = module
-        self._pretend = dict(pretend or {})
-        self.name = name
-
-    def _coremltools(self):
-        if self._module is not None:
-            return self._module
-        try:
-            import coremltools
-        except Exception as exc:  # noqa: BLE001
-            raise DeviceError(f"coremltools is not importable ({exc}): pip install 'edge-runtime[coreml]'",
-                              code="device_unavailable") from None
-        return coremltools
-
-    def suitability(self, target: str, hardware: dict, device: str | None = None) -> Suitability:
-        if target not in self.targets:
-            return Suitability(0, self.name, f"coreml does not run {target!r} variants")
-        hw = {**hardware, **self._pretend}
-        if hw.get("system") != "Darwin":
-            return Suitability(0, self.name, "Core ML runs only on macOS")
-        if self._module is None and importlib.util.find_spec("coremltools") is None:
-            return Suitability(0, self.name, "coremltools is not installed (pip install 'edge-runtime[coreml]')")
-        device = None if device in (None, "", "auto") else device
-        if device is not None and device.upper() not in COMPUTE_UNITS:
-            return Suitability(0, f"{self.name}:{device}", f"unknown Core ML compute units {device!r} "
-                               f"({', '.join(u.lower() for u in COMPUTE_UNITS)})")
-        apple = hw.get("apple_silicon")
+    def probe(self, hardware: dict) -> dict:
+        """``macos``, ``apple_silicon`` (also under Rosetta) and ``installed`` (coremltools), from the record."""
+        apple = hardware.get("apple_silicon")
         if apple is None:
-            apple = str(hw.get("machine", "")).lower() == "arm64"
-        units = device.lower() if device else "auto"     # ALL or the compute_units option: Core ML places ops
-        if apple:
-            return Suitability(SCORE_APPLE_SILICON, f"{self.name}:{units}",
-                               "Core ML on Apple Silicon (Neural Engine, GPU and CPU)")
-        return Suitability(SCORE_INTEL_MAC, f"{self.name}:{units}", "Core ML on an Intel Mac (CPU and GPU, no Neural "
-                                                                    "Engine)")
+            apple = str(hardware.get("machine", "")).lower() == "arm64"
+        return {**super().probe(hardware), "macos": hardware.get("system") == "Darwin", "apple_silicon": bool(apple)}
 
-    def load(self, model_path: Path, bucket: dict, device: str | None = None, options: dict | None = None):
-        options = dict(options or {})
-        units = compute_units(device, options)
-        package = check_package(Path(model_path), bucket)
-        ct = self._coremltools()
+    def missing(self, facts: dict) -> str | None:
+        return "Core ML runs only on macOS" if not facts["macos"] else super().missing(facts)
+
+    def parse_device(self, device):
+        if device in (None, "", "auto"):
+            return None
+        if device.upper() not in COMPUTE_UNITS:
+            raise ValueError(f"unknown Core ML compute units {device!r} "
+                             f"({', '.join(u.lower() for u in COMPUTE_UNITS)})")
+        return device.lower()
+
+    def assess(self, target, hardware, sub, forced, facts) -> Suitability:
+        units = sub or "auto"     # ALL or the compute_units option: Core ML places ops
+        if facts["apple_silicon"]:
+            return Suitability("accelerator", f"{self.name}:{units}",
+                               "Core ML on Apple Silicon (Neural Engine, GPU and CPU)")
+        return Suitability("cpu", f"{self.name}:{units}", "Core ML on an Intel Mac (CPU and GPU, no Neural Engine)")
+
+    def open(self, model_path, bucket, sub, options):
+        units = compute_units(sub, options)
+        package = check_package(model_path, bucket)
+        ct = self.vendor()
         return CoremlSession(package, bucket, units, ct, f"{self.name}:{units.lower()}")

@@ -10,9 +10,9 @@ when the runtime's watchdog calls ``InferRequest.cancel()`` at the deadline.
 Precision: OpenVINO's CPU default runs the float parts of a graph in bf16
 where the CPU has it. The converter measures parity and speed for f32 and
 (where supported) bf16 and records the fastest that meets the parity budget
-in the variant (``runtime.precision``); the backend uses that, a caller's
-``device_options={"precision": ...}`` overrides it, and without either it
-runs f32. What actually ran is read back from the compiled model and shown
+in the variant (``runtime.precision``, with the reason as provenance); the
+backend uses that, a caller's ``device_options={"precision": ...}`` overrides
+it, and without either it runs f32. What actually ran is read back from the compiled model and shown
 in ``rt.info()``.
 
 Model cache: compiled blobs go to ``$EDGE_RUNTIME_CACHE_DIR/openvino`` (default
@@ -27,18 +27,18 @@ for, never at module import.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
-from .base import cache_dir as _cache_dir, Suitability, check_feeds, int_option
+from .base import (Capabilities, DeviceBackend, DeviceSession, Option, Pool, Suitability, cache_dir as _cache_dir,
+                   cache_options, check_io, threads_option, writable_dir)
 
 log = logging.getLogger("edge_runtime.openvino")
 _DEVICES = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU", "auto": "AUTO"}
-_PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
+PRECISIONS = ("auto", "f32", "bf16", "f16")
 _core = None
 _core_lock = threading.Lock()
 
@@ -57,79 +57,46 @@ def core():
         return _core
 
 
-def cache_dir(options: dict) -> Path | None:
+def cache_dir(options) -> Path | None:
     """The compiled-model cache directory, or None when switched off."""
     return _cache_dir(options, "openvino", "EDGE_RUNTIME_OV_CACHE")
 
 
-def choose_precision(options: dict) -> tuple[str, str]:
+def choose_precision(options, why: str | None = None) -> tuple[str, str]:
     """(precision, why). An artifact records the precision its converter
-    measured fastest within the parity budget (``variant.runtime``); without
-    one, ``auto`` is f32, the closest to the fp32 reference."""
-    want = str(options.get("precision", "auto")).lower()
-    if want in _PRECISIONS:
-        return want, str(options.get("why") or "requested")
+    measured fastest within the parity budget (``variant.runtime``, its reason as
+    provenance); without one, ``auto`` is f32, the closest to the fp32 reference."""
+    want = str(options.get("precision") or "auto").lower()
+    if want not in PRECISIONS:
+        raise ValueError(f"unknown OpenVINO precision {want!r} ({', '.join(PRECISIONS)})")
     if want != "auto":
-        raise ValueError(f"unknown OpenVINO precision {want!r} (auto, f32, bf16, f16)")
+        return want, str(why or "requested")
     return "f32", "no measured choice recorded: f32, the closest to the fp32 reference"
 
 
-class _RequestPool:
-    """Free infer requests of one compiled model; grows on demand up to ``limit``."""
+class OpenVinoSession(DeviceSession):
+    # InferRequest.cancel() stops a running call: infer() runs inline under the watchdog;
+    # infer_batch() has its own THROUGHPUT model, compiled on first use or by prepare_many()
+    capabilities = Capabilities(inline=True, cancellable=True, batched=True, batch_warmup=True)
 
-    def __init__(self, compiled, limit: int):
-        self._compiled = compiled
-        self._free = [compiled.create_infer_request()]   # one made at load: the first call pays nothing
-        self._made = 1
-        self._limit = max(1, limit)
-        self._cv = threading.Condition()
-
-    def acquire(self):
-        with self._cv:
-            while not self._free:
-                if self._made < self._limit:
-                    self._made += 1
-                    return self._compiled.create_infer_request()
-                self._cv.wait()
-            return self._free.pop()
-
-    def release(self, req) -> None:
-        with self._cv:
-            self._free.append(req)
-            self._cv.notify()
-
-    @property
-    def size(self) -> int:
-        return self._made
-
-
-class OpenVinoSession:
-    cancellable = True
-
-    def __init__(self, model_path: Path, bucket: dict, device: str, options: dict):
+    def __init__(self, model_path: Path, bucket: dict, device: str, options, why: str | None = None):
+        super().__init__(bucket, f"openvino:{device}")
         ov_device = _DEVICES[device]
-        # integer options checked before any compile: a bad value names the option (InputError)
-        threads = int_option(options, "threads", env="EDGE_RUNTIME_THREADS")
-        max_requests = int_option(options, "max_requests", 8, minimum=1)
-        int_option(options, "jobs", minimum=0)
-        self._bucket = bucket
         self._options = options
-        self.precision, self.precision_reason = choose_precision(options)
+        self.precision, self.precision_reason = choose_precision(options, why)
         self.cache = cache_dir(options)
         self.cache_error = None
         self._config = {"INFERENCE_PRECISION_HINT": self.precision}
         if self.cache is not None:
-            try:
-                self.cache.mkdir(parents=True, exist_ok=True, mode=0o700)
-                if not os.access(self.cache, os.W_OK | os.X_OK):
-                    raise PermissionError(f"{self.cache} is not writable")
-                self._config["CACHE_DIR"] = str(self.cache)
-            except OSError as exc:  # a read-only home on a board: run uncached, say so
-                self.cache_error = f"model cache off: {exc}"
+            why_not = writable_dir(self.cache)
+            if why_not:  # a read-only home on a board: run uncached, say so
+                self.cache_error = f"model cache off: {why_not}"
                 log.warning("openvino %s", self.cache_error)
                 self.cache = None
-        if threads:
-            self._config["INFERENCE_NUM_THREADS"] = threads
+            else:
+                self._config["CACHE_DIR"] = str(self.cache)
+        if options.get("threads"):
+            self._config["INFERENCE_NUM_THREADS"] = options["threads"]
         self._ov_device = ov_device
         t0 = time.perf_counter()
         # compiling from the path lets a cache hit skip reading and hashing the graph
@@ -147,17 +114,11 @@ class OpenVinoSession:
             self._compiled = core().compile_model(self._model, ov_device, {**self._config, "PERFORMANCE_HINT": "LATENCY"})
         self.compile_ms = round((time.perf_counter() - t0) * 1000, 1)
         names = [o.get_any_name() for o in self._compiled.outputs]
+        check_io((i.get_any_name() for i in self._compiled.inputs), names, bucket, "IR")
         wanted = [t["name"] for t in bucket["outputs"]]
-        missing = [n for n in wanted if n not in names]
-        if missing:
-            raise ValueError(f"IR has no output(s) {missing} (has {names})")
-        declared = {i.get_any_name() for i in self._compiled.inputs}
-        if declared != {t["name"] for t in bucket["inputs"]}:
-            raise ValueError(f"IR inputs {sorted(declared)} differ from the manifest's "
-                             f"{sorted(t['name'] for t in bucket['inputs'])}")
         self._out_idx = [names.index(n) for n in wanted]
         self._out_names = wanted
-        self._pool = _RequestPool(self._compiled, max_requests)
+        self._pool = Pool(self._compiled.create_infer_request, options.get("max_requests", 8))
         try:
             executed = list(self._compiled.get_property("EXECUTION_DEVICES"))
         except Exception:
@@ -166,16 +127,12 @@ class OpenVinoSession:
         self.device = "openvino:" + (executed[0].lower() if ov_device == "AUTO" and executed else device)
         self._tp = None          # (compiled THROUGHPUT model, AsyncInferQueue), made on first run_many
         self._tp_lock = threading.Lock()
-        self._closed = False
 
     # -- infer() -------------------------------------------------------------
     def _collect(self, req) -> dict[str, np.ndarray]:
         return {n: req.get_output_tensor(i).data.copy() for n, i in zip(self._out_names, self._out_idx)}
 
-    def run(self, feeds, cancel=None):
-        if self._closed:
-            raise RuntimeError("session is closed")
-        check_feeds(feeds, self._bucket)
+    def _run(self, feeds, cancel):
         req = self._pool.acquire()
         guard = None
         if cancel is not None:
@@ -198,14 +155,14 @@ class OpenVinoSession:
                     guard[0] = None
             self._pool.release(req)
 
-    # -- infer_batch(): THROUGHPUT + AsyncInferQueue -----------------------------
+    # -- infer_batch(): THROUGHPUT + AsyncInferQueue (the BatchSession protocol) -----
     def _throughput(self):
         with self._tp_lock:
             if self._tp is None:
                 ov = _ov()
                 compiled = core().compile_model(self._model, self._ov_device,
                                                 {**self._config, "PERFORMANCE_HINT": "THROUGHPUT"})
-                jobs = int(int_option(self._options, "jobs") or compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+                jobs = int(self._options.get("jobs") or compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
                 self._tp = [compiled, ov.AsyncInferQueue(compiled, max(1, jobs)), threading.Lock(), max(1, jobs)]
             return self._tp
 
@@ -230,7 +187,7 @@ class OpenVinoSession:
         if self._closed:
             raise RuntimeError("session is closed")
         for feeds in feeds_list:
-            check_feeds(feeds, self._bucket)
+            self._check(feeds)
         tp = self._throughput()
         results: list = [None] * len(feeds_list)
         names, idx = self._out_names, self._out_idx
@@ -295,9 +252,9 @@ class OpenVinoSession:
             "throughput_compiled": self._tp is not None,
         }
 
-    def close(self) -> None:
-        self._closed = True
+    def _release(self) -> None:
         self._tp = None
+        self._pool.clear()
         self._compiled = None
         self._model = None
 
@@ -311,39 +268,41 @@ def precision_candidates() -> list[dict]:
     return [{"precision": "f32"}] + ([{"precision": "bf16"}] if "BF16" in caps else [])
 
 
-class OpenVinoBackend:
+class OpenVinoBackend(DeviceBackend):
     name = "openvino"
     targets = ("openvino",)
+    packages = ("openvino",)
+    package_label = "openvino"
+    install = "pip install 'edge-runtime[openvino]'"
+    devices = ("cpu", "gpu", "npu", "auto")
+    options = (
+        Option("precision", str, "auto", "inference precision hint (auto: what the artifact recorded, else f32)",
+               choices=PRECISIONS),
+        *cache_options("compiled models", "openvino", "EDGE_RUNTIME_OV_CACHE"),
+        threads_option("OpenVINO's, all cores"),
+        Option("max_requests", int, 8, "infer requests per bucket for concurrent infer() calls", minimum=1),
+        Option("jobs", int, None, "AsyncInferQueue jobs for infer_batch (default: the compiled model's "
+                                  "OPTIMAL_NUMBER_OF_INFER_REQUESTS)", minimum=0),
+    )
 
-    def suitability(self, target: str, hardware: dict, device: str | None = None) -> Suitability:
-        if target not in self.targets:
-            return Suitability(0, self.name, f"openvino does not run {target!r} variants")
-        if not hardware.get("packages", {}).get("openvino", True):
-            return Suitability(0, self.name, "openvino is not installed (pip install 'edge-runtime[openvino]')")
-        want = (device or "cpu").lower()
-        if want not in _DEVICES:
-            return Suitability(0, f"{self.name}:{want}", f"unknown openvino device {want!r} (cpu, gpu, npu, auto)")
-        if want != "cpu":
+    def assess(self, target, hardware, sub, forced, facts) -> Suitability:
+        if sub != "cpu":
             try:
                 present = [d.split(".")[0] for d in core().available_devices]
             except Exception as exc:
-                return Suitability(0, f"{self.name}:{want}", f"openvino failed to start: {exc}")
-            if want != "auto" and _DEVICES[want] not in present:
-                return Suitability(0, f"{self.name}:{want}", f"no OpenVINO {_DEVICES[want]} device here "
-                                                              f"(found: {', '.join(present) or 'none'})")
-            return Suitability(40, f"{self.name}:{want}", f"OpenVINO {_DEVICES[want]} requested")
+                return Suitability(None, f"{self.name}:{sub}", f"openvino failed to start: {exc}")
+            if sub != "auto" and _DEVICES[sub] not in present:
+                return Suitability(None, f"{self.name}:{sub}", f"no OpenVINO {_DEVICES[sub]} device here "
+                                                               f"(found: {', '.join(present) or 'none'})")
+            return Suitability("accelerator", f"{self.name}:{sub}", f"OpenVINO {_DEVICES[sub]} requested")
         cpu = hardware.get("cpu", {})
-        machine = str(hardware.get("machine", "")).lower()
-        feats = set(cpu.get("features") or [])
-        if machine in ("x86_64", "amd64") and "avx2" in feats:
+        x86 = str(hardware.get("machine", "")).lower() in ("x86_64", "amd64")
+        if x86 and "avx2" in set(cpu.get("features") or []):
             if cpu.get("vendor") == "GenuineIntel":
-                return Suitability(20, f"{self.name}:cpu", "Intel CPU: OpenVINO int8 is the fastest CPU path")
-            return Suitability(16, f"{self.name}:cpu", "x86-64 CPU with AVX2: OpenVINO int8 measured "
-                                                       "faster than ONNX Runtime int8 (bench/bench_openvino.py)")
-        return Suitability(6, f"{self.name}:cpu", "OpenVINO CPU plugin on a CPU without AVX2")
+                return Suitability("cpu", f"{self.name}:cpu", "Intel CPU: OpenVINO int8 is the fastest CPU path")
+            return Suitability("cpu", f"{self.name}:cpu", "x86-64 CPU with AVX2: OpenVINO int8 measured faster "
+                                                          "than ONNX Runtime int8 (bench/bench_openvino.py)")
+        return Suitability("cpu", f"{self.name}:cpu", "OpenVINO CPU plugin on a CPU without AVX2")
 
-    def load(self, model_path: Path, bucket: dict, device: str | None = None, options: dict | None = None):
-        want = (device or "cpu").lower()
-        if want not in _DEVICES:
-            raise ValueError(f"unknown openvino device {want!r} (cpu, gpu, npu, auto)")
-        return OpenVinoSession(Path(model_path), bucket, want, dict(options or {}))
+    def open(self, model_path, bucket, sub, options):
+        return OpenVinoSession(model_path, bucket, sub, options, options.provenance.get("why"))

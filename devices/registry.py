@@ -1,15 +1,19 @@
-"""Backend registry fed by the ``edge_runtime.devices`` entry-point group.
+"""Backend registry fed by the ``edge_runtime.devices`` entry-point group, apart from the devices.
 
-Built-in backends register through the same group as third-party ones (see
-``pyproject.toml``). Entry points are resolved lazily: listing names imports
-nothing; ``get_backend`` imports one backend module (which itself must not
-import its framework until a session is loaded).
+One table, name → lazy import path: the built-in backends register through the
+same entry-point group as third-party ones (``pyproject.toml``; ``_BUILTIN``
+below is the same table for a source tree without installed metadata). A new
+backend is one module plus one entry point (``name = "package.module:Class"``);
+tests register theirs the same way, from a temporary distribution, or with
+``register()``. Listing names imports nothing; ``get_backend`` imports one
+backend module (which itself never imports its framework until a session
+loads) and instantiates it once.
 """
 
 from __future__ import annotations
 
 import threading
-from importlib import metadata
+from edge_runtime.plugins import entry_point_refs, resolve_ref
 
 from edge_runtime.errors import DeviceError
 
@@ -22,7 +26,6 @@ _BUILTIN = {
     "tflite": "edge_runtime.devices.tflite_backend:TfliteBackend",
     "edgetpu": "edge_runtime.devices.tflite_backend:EdgeTpuBackend",
     "coreml": "edge_runtime.devices.coreml_backend:CoremlBackend",
-    "fake": "edge_runtime.devices.fake:FakeBackend",
 }
 
 _lock = threading.Lock()
@@ -35,14 +38,8 @@ def _discover() -> None:
     global _discovered
     if _discovered:
         return
-    found = {}
-    try:
-        for ep in metadata.entry_points(group=GROUP):
-            found.setdefault(ep.name, ep.value)
-    except Exception:  # broken metadata must not break the runtime
-        found = {}
-    for name, ref in _BUILTIN.items():
-        found.setdefault(name, ref)
+    found = dict(_BUILTIN)
+    found.update(entry_point_refs(GROUP))
     for name, ref in found.items():
         _factories.setdefault(name, ref)
     _discovered = True
@@ -71,13 +68,7 @@ def available_backends() -> list[str]:
 def _resolve(ref):
     if callable(ref):
         return ref
-    module, _, attr = ref.partition(":")
-    import importlib
-
-    obj = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
+    return resolve_ref(ref)
 
 
 def get_backend(name: str):
@@ -104,6 +95,6 @@ def known_targets() -> dict[str, list[str]]:
             backend = get_backend(name)
         except DeviceError:
             continue
-        for target in getattr(backend, "targets", ()):
+        for target in backend.targets:
             out.setdefault(target, []).append(name)
     return out

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from edge_runtime.errors import DeviceError
 
-from .base import Suitability, check_feeds, int_option
+from .base import Capabilities, DeviceBackend, DeviceSession, Option, Pool, Suitability, check_io, threads_option
 
 EDGETPU_OP = b"edgetpu-custom-op"
 log = logging.getLogger("edge_runtime.tflite")
@@ -134,44 +134,26 @@ def delegate_library(system: str | None = None) -> str:
     return _DELEGATE_LIBS.get(system or platform.system(), "libedgetpu.so.1")
 
 
-def _flag(value) -> bool:
-    if isinstance(value, str):
-        if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-            raise ValueError(f"device option inline={value!r} is not a boolean")
-        return value.lower() in ("1", "true", "yes", "on")
-    return bool(value)
+class TfliteSession(DeviceSession):
+    """A small pool of interpreters (one is not thread-safe), one per concurrent call.
 
+    LiteRT cannot stop a running invoke, so no session is cancellable. ``inline=true`` runs
+    it in the caller's thread and the runtime checks the deadline when it returns (a late
+    answer is an InferenceTimeout, never a result); ``inline=false`` runs it on the
+    runtime's worker pool, which returns at the deadline while the invoke finishes in the
+    background (~0.5-1 ms more per call on 2 cores). CPU sessions default to inline: a
+    static-shape XNNPACK invoke cannot stall. Edge TPU sessions default to the pool: a USB
+    device can."""
 
-class TfliteSession:
-    # LiteRT cannot stop a running invoke. inline=true runs it in the caller's thread and
-    # checks the deadline when it returns (a late answer is an InferenceTimeout, never a
-    # result); inline=false runs it on the runtime's worker pool, which returns at the
-    # deadline while the invoke finishes in the background (~0.5-1 ms more per call on
-    # 2 cores). CPU sessions default to inline: a static-shape XNNPACK invoke cannot
-    # stall. Edge TPU sessions default to the pool: a USB device can.
-    cancellable = False
-
-    def __init__(self, model_path: Path, bucket: dict, options: dict, delegate_factory=None, device="tflite:cpu",
-                 module=None, inline_default: bool = False):
-        mod, pkg = (module, "injected") if module is not None else interpreter_module()
-        if mod is None:
-            raise DeviceError(pkg, code="device_unavailable")
-        self._mod, self.package = mod, pkg
+    def __init__(self, model_path: Path, bucket: dict, options, mod, device="tflite:cpu", delegate_factory=None):
+        super().__init__(bucket, device)
+        self._mod, self.package = mod, _package_of(mod)
         self._path = str(model_path)
-        self._bucket = bucket
-        # options checked before any interpreter is made: a bad value names the option (InputError)
-        self._threads = int_option(options, "threads", env="EDGE_RUNTIME_THREADS") or os.cpu_count() or 1
+        self._threads = options.get("threads") or os.cpu_count() or 1
         self._delegate_factory = delegate_factory
-        self.device = device
-        self._lock = threading.Lock()
-        self._free = []
-        self._made = 0
-        self._limit = int_option(options, "max_interpreters", 2, minimum=1)
-        self._cv = threading.Condition(self._lock)
-        self.cancellable = self.inline = _flag(options.get("inline", inline_default))
-        self._free.append(self._new())
-        self._made = 1
-        self._closed = False
+        self.inline = bool(options["inline"])
+        self.capabilities = Capabilities(inline=self.inline)
+        self._pool = Pool(self._new, options.get("max_interpreters", 2))
 
     def _new(self):
         kw = {"model_path": self._path}
@@ -187,41 +169,11 @@ class TfliteSession:
         rename = {v: k for k, v in (self._bucket.get("tensor_names") or {}).items()}
         ins = {rename.get(d["name"], d["name"]): d["index"] for d in interp.get_input_details()}
         outs = {rename.get(d["name"], d["name"]): d["index"] for d in interp.get_output_details()}
-        want_in = {t["name"] for t in self._bucket["inputs"]}
-        if set(ins) != want_in:
-            raise ValueError(f"model inputs {sorted(ins)} differ from the manifest's {sorted(want_in)}")
-        missing = [t["name"] for t in self._bucket["outputs"] if t["name"] not in outs]
-        if missing:
-            raise ValueError(f"model has no output(s) {missing} (has {sorted(outs)})")
+        check_io(ins, outs, self._bucket)
         return interp, ins, outs
 
-    def _acquire(self):
-        with self._cv:
-            while True:
-                if self._free:
-                    return self._free.pop()
-                if self._made < self._limit:
-                    self._made += 1
-                    break
-                self._cv.wait()
-        try:
-            return self._new()
-        except BaseException:
-            with self._cv:
-                self._made -= 1
-                self._cv.notify()
-            raise
-
-    def _release(self, item) -> None:
-        with self._cv:
-            self._free.append(item)
-            self._cv.notify()
-
-    def run(self, feeds, cancel=None):
-        if self._closed:
-            raise RuntimeError("session is closed")
-        check_feeds(feeds, self._bucket)
-        item = self._acquire()
+    def _run(self, feeds, cancel):
+        item = self._pool.acquire()
         interp, ins, outs = item
         try:
             for name, arr in feeds.items():
@@ -229,41 +181,64 @@ class TfliteSession:
             interp.invoke()
             return {t["name"]: interp.get_tensor(outs[t["name"]]).copy() for t in self._bucket["outputs"]}
         finally:
-            self._release(item)
+            self._pool.release(item)
 
     def info(self) -> dict:
         return {"package": self.package, "threads": None if self._delegate_factory else self._threads,
                 "inline": self.inline,
-                "interpreters": self._made, "delegate": self.device if self._delegate_factory else None}
+                "interpreters": self._pool.size, "delegate": self.device if self._delegate_factory else None}
 
-    def close(self) -> None:
-        self._closed = True
-        with self._cv:
-            self._free = []
+    def _release(self) -> None:
+        self._pool.clear()
 
 
-class TfliteBackend:
+def _package_of(mod) -> str:
+    top = (getattr(mod, "__name__", None) or type(mod).__module__ or "").split(".")[0]
+    return {"ai_edge_litert": "ai-edge-litert", "tflite_runtime": "tflite-runtime"}.get(top, top or "unknown")
+
+
+def _max_interpreters() -> Option:
+    return Option("max_interpreters", int, 2, "interpreters per bucket for concurrent calls", minimum=1)
+
+
+class _LiteRt(DeviceBackend):
+    packages = ("ai_edge_litert", "tflite_runtime")
+    package_label = "a TFLite interpreter (ai-edge-litert or tflite-runtime)"
+    install = "pip install 'edge-runtime[tflite]'"
+
+    def import_vendor(self):
+        mod, why = interpreter_module()
+        if mod is None:
+            raise ImportError(why)
+        return mod
+
+
+class TfliteBackend(_LiteRt):
     name = "tflite"
     targets = ("tflite-int8",)
+    options = (
+        threads_option("all cores"),
+        _max_interpreters(),
+        Option("inline", bool, True, "run invoke in the caller's thread, the deadline checked when it returns "
+                                     "(false: the runtime's worker pool, which returns at the deadline)"),
+    )
 
-    def suitability(self, target: str, hardware: dict, device: str | None = None) -> Suitability:
-        if target not in self.targets:
-            return Suitability(0, self.name, f"tflite does not run {target!r} variants")
+    def probe(self, hardware: dict) -> dict:
+        # tflite-runtime is what a board brings: assumed absent unless the record says so
         pkgs = hardware.get("packages", {})
-        if not (pkgs.get("ai_edge_litert", True) or pkgs.get("tflite_runtime", False)):
-            return Suitability(0, self.name, "no TFLite interpreter installed (pip install 'edge-runtime[tflite]')")
-        if device not in (None, "cpu"):
-            return Suitability(0, f"{self.name}:{device}", f"unknown tflite device {device!r} (cpu)")
+        return {"installed": pkgs.get("ai_edge_litert", True) or pkgs.get("tflite_runtime", False)}
+
+    def assess(self, target, hardware, sub, forced, facts) -> Suitability:
         arm = str(hardware.get("machine", "")).lower() in ("aarch64", "arm64", "armv7l")
-        return Suitability(14 if arm else 8, f"{self.name}:cpu",
+        return Suitability("cpu", f"{self.name}:cpu",
                            "LiteRT with XNNPACK" + (" (the lightest CPU runtime on ARM boards)" if arm else ""))
 
-    def load(self, model_path: Path, bucket: dict, device: str | None = None, options: dict | None = None):
-        if is_edgetpu_model(Path(model_path)):
-            raise DeviceError(f"{Path(model_path).name} is compiled for the Edge TPU (it contains "
+    def open(self, model_path, bucket, sub, options):
+        if is_edgetpu_model(model_path):
+            raise DeviceError(f"{model_path.name} is compiled for the Edge TPU (it contains "
                               "edgetpu-custom-op): it runs only on an Edge TPU through libedgetpu; use the "
                               "artifact's tflite-int8 variant on a CPU", code="device_model_needs_edgetpu")
-        return TfliteSession(Path(model_path), bucket, dict(options or {}), inline_default=True)
+        return TfliteSession(model_path, bucket, options, self.vendor())
 
 
 def list_edge_tpus(hardware: dict) -> list[dict]:
@@ -276,51 +251,58 @@ def list_edge_tpus(hardware: dict) -> list[dict]:
         return list(hardware.get("edgetpus") or [])
 
 
-class EdgeTpuBackend:
+def _tpus_text(tpus: list[dict]) -> str:
+    return ", ".join(d.get("type", "?") + ":" + str(d.get("path", "")) for d in tpus)
+
+
+class EdgeTpuBackend(_LiteRt):
     name = "edgetpu"
     targets = ("edgetpu",)
+    packages = ()       # the interpreter is checked at load (`doctor` names it)
+    devices = ("usb[:N]", "pci[:N]")
+    options = (
+        Option("delegate_library", str, None, "the libedgetpu file to load (default: libedgetpu.so.1, "
+                                              "libedgetpu.1.dylib or edgetpu.dll by platform)"),
+        _max_interpreters(),
+        Option("inline", bool, False, "run invoke in the caller's thread (default: the worker pool, so a "
+                                      "stalled USB device cannot hold a call past its deadline)"),
+    )
 
-    def __init__(self, module=None, list_tpus=None, name: str = "edgetpu"):
-        # tests replace the vendor boundary here: the interpreter module (Interpreter,
-        # load_delegate) and the Edge TPU listing; everything else is the real code path
-        self._module = module
-        self._list_tpus = list_tpus or list_edge_tpus
-        self.name = name
-
-    def _interpreter(self):
-        if self._module is not None:
-            return self._module
-        mod, why = interpreter_module()
-        if mod is None:
-            raise DeviceError(why, code="device_unavailable")
-        return mod
-
-    def suitability(self, target: str, hardware: dict, device: str | None = None) -> Suitability:
-        if target not in self.targets:
-            return Suitability(0, self.name, f"edgetpu does not run {target!r} variants")
-        tpus = self._list_tpus(hardware)
-        if not tpus:
-            return Suitability(0, self.name, "no Edge TPU found (no Coral USB device, no /dev/apex_*)")
-        kind, _, index = (device or "").partition(":")
-        if device is not None and (kind not in ("usb", "pci") or (index and not index.isdigit())):
-            return Suitability(0, f"{self.name}:{device}", f"unknown edgetpu device {device!r} (usb[:N], pci[:N])")
-        if device is not None and sum(d.get("type") == kind for d in tpus) <= int(index or 0):
-            return Suitability(0, f"{self.name}:{device}", f"no Edge TPU {device!r} here (found: "
-                               f"{', '.join(d.get('type', '?') + ':' + str(d.get('path', '')) for d in tpus)})")
-        where = f"{self.name}:{device or tpus[0].get('type', 'usb')}"
+    def probe(self, hardware: dict) -> dict:
+        """``tpus`` (Google's pycoral, else the hardware record) and ``delegate``: whether
+        libedgetpu was found (None: not looked for)."""
         libs = hardware.get("libraries")
-        if self._module is None and libs is not None and not libs.get("libedgetpu"):
-            # still forceable, but auto prefers a CPU path over a delegate that will likely not load
-            return Suitability(5, where, "Edge TPU present but libedgetpu was not found in the usual library "
-                                         "folders (see `edge-infer doctor`)")
-        return Suitability(60, where,
-                           f"Edge TPU present ({', '.join(d.get('type', '?') + ':' + str(d.get('path', '')) for d in tpus)})")
+        return {"installed": True, "tpus": list_edge_tpus(hardware),
+                "delegate": None if libs is None else bool(libs.get("libedgetpu"))}
 
-    def load(self, model_path: Path, bucket: dict, device: str | None = None, options: dict | None = None):
-        options = dict(options or {})
+    def parse_device(self, device):
+        if device is None:
+            return None
+        kind, _, index = device.partition(":")
+        if kind not in ("usb", "pci") or (index and not index.isdigit()):
+            raise ValueError(f"unknown edgetpu device {device!r} (usb[:N], pci[:N])")
+        return device
+
+    def missing(self, facts: dict) -> str | None:
+        return None if facts["tpus"] else "no Edge TPU found (no Coral USB device, no /dev/apex_*)"
+
+    def assess(self, target, hardware, sub, forced, facts) -> Suitability:
+        tpus = facts["tpus"]
+        if sub is not None:
+            kind, _, index = sub.partition(":")
+            if sum(d.get("type") == kind for d in tpus) <= int(index or 0):
+                return Suitability(None, f"{self.name}:{sub}", f"no Edge TPU {sub!r} here (found: {_tpus_text(tpus)})")
+        where = f"{self.name}:{sub or tpus[0].get('type', 'usb')}"
+        if facts.get("delegate") is False:
+            # still forceable, but the policy ranks a CPU path above a delegate that will likely not load
+            return Suitability("unready", where, "Edge TPU present but libedgetpu was not found in the usual "
+                                                 "library folders (see `edge-infer doctor`)")
+        return Suitability("accelerator", where, f"Edge TPU present ({_tpus_text(tpus)})")
+
+    def open(self, model_path, bucket, sub, options):
         lib = options.get("delegate_library") or delegate_library()
-        mod = self._interpreter()
-        delegate_opts = {"device": device} if device else {}
+        mod = self.vendor()
+        delegate_opts = {"device": sub} if sub else {}
 
         def factory():
             try:
@@ -329,5 +311,5 @@ class EdgeTpuBackend:
                 raise DeviceError(f"cannot load the Edge TPU delegate {lib} ({exc}): is libedgetpu installed "
                                   "and the device plugged in?", code="device_delegate_missing") from None
 
-        return TfliteSession(Path(model_path), bucket, options, delegate_factory=factory,
-                             device=f"{self.name}:{device or 'auto'}", module=mod)
+        return TfliteSession(model_path, bucket, options, mod, device=f"{self.name}:{sub or 'auto'}",
+                             delegate_factory=factory)

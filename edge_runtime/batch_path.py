@@ -1,6 +1,7 @@
-"""``Runtime.infer_batch``'s grouped path, for sessions with ``run_many``
-(OpenVINO's AsyncInferQueue): items prepared first, grouped per bucket, each
-group run at once."""
+"""``Runtime.infer_batch``'s grouped path, for sessions whose capabilities say
+``batched`` (the ``BatchSession`` protocol: ``run_many``; OpenVINO's
+AsyncInferQueue): items prepared first, grouped per bucket, each group run at
+once."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from .errors import EdgeRuntimeError, InferenceRuntimeError
 
 
 def run_grouped(rt, items: list, lim, deadline) -> list:
-    """Batch path for sessions with ``run_many`` (OpenVINO's AsyncInferQueue).
+    """Batch path for batched sessions (``run_many``: OpenVINO's AsyncInferQueue).
 
     Items are prepared first (an input error stays that item's result),
     grouped per bucket and run together; each group may take at most

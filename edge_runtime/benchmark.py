@@ -33,25 +33,8 @@ from .bench_raw import raw_runner
 
 
 def bucket_samples(rt) -> list:
-    """One raw input per bucket that the task routes to that bucket."""
-    task = rt.task
-    out = []
-    for idx, bucket in enumerate(rt.variant["buckets"]):
-        if rt.artifact.task.startswith("text-"):
-            length = next((t["shape"][1] for t in bucket["inputs"]), 8)
-            sample = None
-            for k in range(max(length - 2, 1), 0, -1):
-                text = "hello " * k
-                p = task.prepare(text, rt.limits)
-                if p.bucket == idx and not p.truncated:
-                    sample = text
-                    break
-            out.append(sample)
-        elif rt.artifact.task == "tensors":
-            out.append({t["name"]: np.zeros(t["shape"], dtype=t["dtype"]) for t in bucket["inputs"]})
-        else:
-            out.append(task.warmup_sample())
-    return out
+    """One raw input per bucket that the task routes to that bucket (the task declares them)."""
+    return rt.task.bucket_samples(rt.limits)
 
 
 def _percentiles(ms: list[float]) -> dict:
@@ -168,7 +151,7 @@ def _child(mode: str, artifact, device: str, sample_path: Path, calls: int) -> t
 def cold_start(rt, samples, calls: int, repeats: int, device: str) -> dict:
     idx, sample = next((i, s) for i, s in enumerate(samples) if s is not None)
     bucket = rt.variant["buckets"][idx]
-    if not isinstance(sample, (str, bytes)) and rt.artifact.task != "image-classification":
+    if not isinstance(sample, (str, bytes)) and type(rt.task).input_kind != "image":
         return {"skipped": "cold start needs a text or image sample"}
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-"))
     value = sample if isinstance(sample, str) else str(tmp / "sample.png")
@@ -205,10 +188,11 @@ def _raw_backends():
 
 
 def run_bench(artifact, device: str = "auto", *, calls: int = 50, repeats: int = 3, batch: int = 32,
-              concurrency: int = 2, cold: bool = True, device_options: dict | None = None) -> dict:
+              concurrency: int = 2, cold: bool = True, device_options: dict | None = None,
+              strict: bool = False) -> dict:
     from .runtime import load
 
-    with load(artifact, device=device, device_options=device_options) as rt:
+    with load(artifact, device=device, device_options=device_options, strict=strict) as rt:
         samples = bucket_samples(rt)
         raws = []
         for bucket in rt.variant["buckets"]:

@@ -20,33 +20,9 @@ from pathlib import Path
 
 import click
 
-from .cli_common import DebugAnywhereGroup, _guard
+from .cli_common import DebugAnywhereGroup, _guard, device_flags, device_options, emit
 from .errors import InputError
 from .limits import DEFAULT_LIMITS, Limits, json_depth
-
-
-def _device_options(pairs) -> dict:
-    """``--device-option KEY=VALUE`` (repeatable); values parse as JSON when they can."""
-    out = {}
-    for pair in pairs or ():
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"--device-option wants KEY=VALUE, got {pair!r}", code="input_invalid")
-        try:
-            out[key.strip()] = json.loads(value)
-        except ValueError:
-            out[key.strip()] = value
-    return out
-
-
-_DEVICE_OPTION_HELP = "Backend option KEY=VALUE, repeatable (openvino: precision=f32|bf16, cache=false, threads=N)."
-
-
-def _emit(data, as_json: bool, human):
-    if as_json:
-        click.echo(json.dumps(data, indent=2, default=str))
-    else:
-        human(data)
 
 
 @click.group(cls=DebugAnywhereGroup)
@@ -214,6 +190,7 @@ def _show_outputs(outputs: dict) -> None:
         click.echo(f"output {name}: {o.get('dtype')} {o.get('shape')} [{vals}]")
 
 
+_FLAGS_FOR_KIND = {"text": ("--text", "--text-file", "--input"), "image": ("--image",)}
 _INFER_SOURCES = ("--text", "--text-file", "--image", "--input")
 
 
@@ -225,9 +202,7 @@ _INFER_SOURCES = ("--text", "--text-file", "--image", "--input")
 @click.option("--input", "input_file", type=click.Path(),
               help="FILE.json ({\"text\": ...} or named tensors), FILE.npz (named arrays) or FILE.npy "
                    "(one array, single-input models).")
-@click.option("--device", default="auto", show_default=True, help="auto, onnxruntime, onnxruntime:cuda, ...")
-@click.option("--require-device", is_flag=True, help="Fail instead of falling back to another device.")
-@click.option("--device-option", "device_option", multiple=True, help=_DEVICE_OPTION_HELP)
+@device_flags()
 @click.option("--deadline-ms", type=int, help="Per-call deadline.")
 @click.option("--limit", "limit", multiple=True,
               help="Lower a per-call limit KEY=VALUE, repeatable (max_text_chars, max_request_bytes, "
@@ -252,12 +227,12 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
     overrides = _limit_overrides(limit)
     from .runtime import load
 
-    with load(artifact, device=device, strict=require_device, device_options=_device_options(device_option)) as rt:
-        task = rt.artifact.task
-        is_text = flag in ("--text", "--text-file")
-        if is_text != task.startswith("text-") or (flag == "--image") != (task == "image-classification"):
-            if flag != "--input" or task == "image-classification":
-                raise InputError(f"{flag} does not fit a {task} artifact", code="input_wrong_type")
+    with load(artifact, device=device, strict=require_device, device_options=device_options(device_option)) as rt:
+        kind = type(rt.task).input_kind       # the task declares the raw input it takes
+        fits = _FLAGS_FOR_KIND.get(kind, ("--input",))
+        if flag not in fits:
+            raise InputError(f"{flag} does not fit a {rt.artifact.task} artifact (it takes {', '.join(fits)})",
+                             code="input_wrong_type")
         lim = rt.limits.lowered(overrides, what="--limit")
         if flag == "--text-file" or (flag == "--text" and value == "-"):
             raw = _read_text(value, lim)
@@ -284,7 +259,7 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
                    f"{', truncated' if d['truncated'] else ''}) model {d['model']} v{d['version']} "
                    f"trace {d['trace_id']}")
 
-    _emit(res.to_dict(), as_json, human)
+    emit(res.to_dict(), as_json, human)
 
 
 def _r4(x):
@@ -385,7 +360,7 @@ def inspect(artifact, as_json):
             for line in _edgetpu_lines(v["edgetpu_report"]) if v.get("edgetpu_report") else ():
                 click.echo(f"    {line}")
 
-    _emit(data, as_json, human)
+    emit(data, as_json, human)
 
 
 from .cli_convert import convert  # noqa: E402  (registers the command)

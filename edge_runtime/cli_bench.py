@@ -6,13 +6,12 @@ import json
 
 import click
 
-from .cli_common import _guard
+from .cli_common import _guard, device_flags, device_options
 
 
 @click.command("bench")
 @click.argument("artifact", type=click.Path())
-@click.option("--device", default="auto", show_default=True)
-@click.option("--device-option", "device_option", multiple=True, help="Backend option KEY=VALUE, repeatable.")
+@device_flags()
 @click.option("--calls", default=50, show_default=True, type=int, help="Calls per round (latency, throughput).")
 @click.option("--repeats", default=3, show_default=True, type=int, help="Rounds; figures are medians over them.")
 @click.option("--batch-size", default=32, show_default=True, type=int)
@@ -20,7 +19,7 @@ from .cli_common import _guard
 @click.option("--no-cold", is_flag=True, help="Skip the cold-start child processes.")
 @click.option("--json", "as_json", is_flag=True)
 @_guard
-def bench_cmd(artifact, device, device_option, calls, repeats, batch_size, concurrency, no_cold, as_json):
+def bench_cmd(artifact, device, require_device, device_option, calls, repeats, batch_size, concurrency, no_cold, as_json):
     """Cold start, warm latency per bucket, throughput and peak RSS: ours and the raw backend's.
 
     \b
@@ -30,13 +29,12 @@ def bench_cmd(artifact, device, device_option, calls, repeats, batch_size, concu
       edge-infer bench out/minilm --device-option threads=2 --repeats 5
     """
     from .benchmark import run_bench
-    from .cli import _device_options
     from .errors import InputError
 
     if calls < 1 or repeats < 1 or batch_size < 1 or concurrency < 1:
         raise InputError("--calls, --repeats, --batch-size and --concurrency must be at least 1", code="input_invalid")
     res = run_bench(artifact, device, calls=calls, repeats=repeats, batch=batch_size, concurrency=concurrency,
-                    cold=not no_cold, device_options=_device_options(device_option))
+                    cold=not no_cold, device_options=device_options(device_option), strict=require_device)
     if as_json:
         click.echo(json.dumps(res, indent=2))
         return

@@ -32,7 +32,7 @@ import sys
 
 import click
 
-from .errors import EdgeRuntimeError
+from .errors import EdgeRuntimeError, InputError
 
 _NEWLINES = re.compile(r"\s*[\r\n]+\s*")
 
@@ -101,3 +101,70 @@ class DebugAnywhereGroup(click.Group):
         if "--debug" in head:
             args = ["--debug"] + [a for a in head if a != "--debug"] + args[cut:]
         return super().parse_args(ctx, args)
+
+
+def emit(data, as_json: bool, human) -> None:
+    """``data`` as indented JSON under ``--json``, else ``human(data)``."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        human(data)
+
+
+# -- the device flags, defined once for every command that loads an artifact -----------------
+DEVICE_HELP = ("auto, or BACKEND[:DEVICE]: onnxruntime, onnxruntime:cuda[:N], onnxruntime:tensorrt, openvino:gpu, "
+               "tflite, edgetpu:usb, coreml:cpu_only, ... (`edge-infer devices` lists them and what auto picks)")
+REQUIRE_HELP = "Fail (exit 4) instead of falling back to another device."
+
+
+def device_options(pairs) -> dict:
+    """``--device-option KEY=VALUE`` (repeatable); values parse as JSON when they can. Which
+    keys and values are valid is the chosen backend's declaration, checked at load."""
+    out = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--device-option wants KEY=VALUE, got {pair!r}", code="input_invalid")
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    return out
+
+
+def device_option_help() -> str:
+    """The ``--device-option`` help, generated from every registered backend's declarations."""
+    from .devices import registry
+
+    parts = []
+    for name in registry.available_backends():
+        try:
+            opts = registry.get_backend(name).options
+        except Exception:  # noqa: BLE001 - a broken third-party backend must not break --help
+            continue
+        parts.append(f"{name}: " + (", ".join(f"{o.name}={o.metavar}" for o in opts) or "none"))
+    return ("Backend option KEY=VALUE, repeatable; an unknown key or a bad value for the chosen backend exits 2 "
+            "naming the valid ones (`edge-infer devices --json` shows each one's help). " + "; ".join(parts) + ".")
+
+
+class _DeviceOptionFlag(click.Option):
+    """``--device-option``, whose help is generated when shown (importing each backend module,
+    never a framework), not when the CLI starts."""
+
+    def get_help_record(self, ctx):
+        self.help = device_option_help()
+        return super().get_help_record(ctx)
+
+
+def device_flags(*, require: bool = True, options: bool = True):
+    """``--device``, ``--require-device`` and ``--device-option`` (as ``device``,
+    ``require_device`` and ``device_option``), with one help text each."""
+    def decorate(fn):
+        if options:
+            fn = click.option("--device-option", "device_option", multiple=True, metavar="KEY=VALUE",
+                              cls=_DeviceOptionFlag)(fn)
+        if require:
+            fn = click.option("--require-device", is_flag=True, help=REQUIRE_HELP)(fn)
+        return click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)(fn)
+
+    return decorate

@@ -16,6 +16,36 @@ from edge_runtime.converters.request import (MIN_CALIBRATION_SAMPLES, MIN_PARITY
                                              WARN_CALIBRATION_SAMPLES, WARN_PARITY_SAMPLES)
 
 
+class TaskName(click.ParamType):
+    """A task name, checked against the task registry when the command runs (so a task that a
+    plug-in registers through the ``edge_runtime.tasks`` entry points is one), not a fixed
+    Choice; ``where`` keeps the tasks a command supports (import: ``Task.importable``)."""
+
+    name = "task"
+
+    def __init__(self, where=None):
+        self.where = where
+
+    def names(self) -> list[str]:
+        from edge_runtime.models import task_names, tasks_where
+
+        return tasks_where(self.where) if self.where is not None else task_names()
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "[" + "|".join(self.names()) + "]"
+
+    def convert(self, value, param, ctx):
+        names = self.names()
+        if value in names:
+            return value
+        self.fail(f"{value!r} is not one of {', '.join(map(repr, names))}.", param, ctx)
+
+    def shell_complete(self, ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(n) for n in self.names() if n.startswith(incomplete)]
+
+
 def _json_arg(value, what):
     if value is None:
         return None
@@ -30,14 +60,14 @@ def _json_arg(value, what):
 @click.command()
 @click.argument("source", type=click.Path())
 @click.option("-o", "--out", required=True, type=click.Path(), help="Artifact directory to write.")
-@click.option("--task", required=True, type=click.Choice(["text-classification", "text-embedding",
-                                                          "image-classification", "tensors"]))
+@click.option("--task", required=True, type=TaskName(),
+              help="The task: a registered one (the built-ins, and any a plug-in adds).")
 @click.option("--target", "targets", multiple=True, default=["onnx-int8"], show_default=True,
               help="onnx-int8, openvino, tflite-int8, edgetpu, coreml (repeatable: one variant each).")
 @click.option("--calibration", required=True, type=click.Path(), help="txt/JSONL (text), image folder/.npy, .npz.")
 @click.option("--labels", type=click.Path(), help="labels.txt, one label a line.")
 @click.option("--tokenizer", type=click.Path(), help="tokenizer.json (text tasks).")
-@click.option("--buckets", help="Sequence-length buckets, text tasks only (default 64,128).")
+@click.option("--buckets", help="Sequence-length buckets, for tasks with sequence buckets only: text (default 64,128).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D1,D2,...",
               help="Static shape for an input with dynamic dims beyond the batch (repeatable).")
 @click.option("--min-parity", type=float, help="Parity budget in (0, 1] (default 0.99 top-1 agreement / mean cosine).")

@@ -18,7 +18,7 @@ import sys
 import click
 
 from . import hardware as hw_probe
-from .cli_common import _guard
+from .cli_common import _guard, device_flags
 from .errors import DeviceError, EdgeRuntimeError
 
 
@@ -64,14 +64,18 @@ def hardware_lines(hw: dict) -> list[str]:
 
 
 def backend_scores(hw: dict) -> dict:
+    """Per backend: its targets, its facts per target placed by the policy (score, tier,
+    device, reason, policy row) and its declared options."""
     from .devices import registry
+    from .selection import place
 
     out = {}
     for name in registry.available_backends():
         try:
             b = registry.get_backend(name)
-            out[name] = {"targets": list(b.targets),
-                         "suitability": {t: vars(b.suitability(t, hw)) for t in b.targets}}
+            out[name] = {"targets": list(b.targets), "family": b.family,
+                         "suitability": {t: vars(place(b.family, b.suitability(t, hw), hw, t)) for t in b.targets},
+                         "options": [o.describe() for o in b.options]}
         except EdgeRuntimeError as exc:
             out[name] = {"error": exc.message}
     return out
@@ -92,7 +96,8 @@ def artifact_choice(path, hw: dict, device: str = "auto", strict: bool = False) 
         out.update(error=exc.to_dict(), candidates=table(rows))
         return out
     out.update(chosen={"target": c.variant["target"], "backend": c.backend_name, "device": c.suitability.device,
-                       "score": c.suitability.score, "reason": c.suitability.reason},
+                       "score": c.suitability.score, "tier": c.suitability.tier, "reason": c.suitability.reason,
+                       "policy": c.suitability.policy, "decided_by": c.decided_by},
                fallback=c.fallback, candidates=c.candidates)
     return out
 
@@ -100,7 +105,7 @@ def artifact_choice(path, hw: dict, device: str = "auto", strict: bool = False) 
 def _print_devices(d: dict) -> None:
     for line in hardware_lines(d["hardware"]):
         click.echo(line)
-    click.echo("backends (score per target; 0 = cannot run here):")
+    click.echo("backends (policy score per target, edge_runtime/selection.py; 0 = cannot run here):")
     for name, b in d["backends"].items():
         if "error" in b:
             click.echo(f"  {name}: {b['error']}")
@@ -112,7 +117,8 @@ def _print_devices(d: dict) -> None:
                    f"device {a['device']}{' (strict)' if a['strict'] else ''}:")
         if a["chosen"]:
             c = a["chosen"]
-            click.echo(f"  would run: {c['target']} on {c['device']} (score {c['score']}): {c['reason']}")
+            click.echo(f"  would run: {c['target']} on {c['device']} (score {c['score']}, {c['decided_by']}): "
+                       f"{c['reason']}" + (f"; policy: {c['policy']}" if c.get("policy") else ""))
         else:
             click.echo(f"  would fail: [{a['error']['code']}] {a['error']['message']}")
         if a["fallback"]:
@@ -125,8 +131,7 @@ def _print_devices(d: dict) -> None:
 
 @click.command()
 @click.option("--artifact", type=click.Path(), help="Also show which variant and device this artifact would use, and why.")
-@click.option("--device", default="auto", show_default=True, help="With --artifact: the device to ask for.")
-@click.option("--require-device", is_flag=True, help="With --artifact: as `infer --require-device` (no fallback).")
+@device_flags(options=False)
 @click.option("--json", "as_json", is_flag=True)
 @_guard
 def devices(artifact, device, require_device, as_json):

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import click
 
-from .cli_common import _guard
+from .cli_common import _guard, device_flags, device_options, emit
 from .errors import EdgeRuntimeError, InputError
 
 
 @click.command("eval")
 @click.argument("artifact", type=click.Path())
 @click.argument("data", type=click.Path())
-@click.option("--device", default="auto", show_default=True)
-@click.option("--require-device", is_flag=True, help="Fail instead of falling back to another device.")
-@click.option("--device-option", "device_option", multiple=True, help="Backend option KEY=VALUE, repeatable.")
+@device_flags()
 @click.option("--limit", type=click.IntRange(min=1), help="Use the first N evaluable samples only (a TSV header and "
                                                           "skipped rows do not count).")
 @click.option("--min-accuracy", type=float, help="Exit 1 when accuracy is below this (the figure and the threshold "
@@ -47,12 +45,11 @@ def eval_cmd(artifact, data, device, require_device, device_option, limit, min_a
     with --fail-on-skip, a row was skipped (eval_rows_skipped); 3/4/5/6 the
     artifact's, device's, timeout's, runtime's errors.
     """
-    from .cli import _device_options, _emit
     from .cli_score import error_json, exit_with
     from .evaluate import evaluate
     from .runtime import load
 
-    with load(artifact, device=device, strict=require_device, device_options=_device_options(device_option)) as rt:
+    with load(artifact, device=device, strict=require_device, device_options=device_options(device_option)) as rt:
         rep = evaluate(rt, data, limit=limit)
     sk, problem = rep["skipped"], None
     if fail_on_skip and sk["count"]:
@@ -63,7 +60,7 @@ def eval_cmd(artifact, data, device, require_device, device_option, limit, min_a
                                    f"--min-accuracy {min_accuracy:g}", code="eval_below_min_accuracy")
     if as_json:
         rep["error"] = None if problem is None else error_json(problem)
-    _emit(rep, as_json, _human)
+    emit(rep, as_json, _human)
     if problem is not None:
         exit_with(problem)
 

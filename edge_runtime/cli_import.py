@@ -8,14 +8,17 @@ from pathlib import Path
 import click
 
 from .cli_common import _guard
+from .cli_convert import TaskName
 
 
 @click.command("import")
 @click.argument("model", type=click.Path())
 @click.option("-o", "--out", required=True, type=click.Path(), help="Artifact directory to write.")
 @click.option("--task", default="image-classification", show_default=True,
-              type=click.Choice(["image-classification", "tensors"]))
-@click.option("--labels", type=click.Path(), help="labels.txt, one label a line (image-classification only).")
+              type=TaskName(where=lambda task: task.importable),
+              help="The task: a registered one that imports (Task.importable).")
+@click.option("--labels", type=click.Path(), help="labels.txt, one label a line (tasks with labels: "
+                                                   "image-classification).")
 @click.option("--label-offset", type=int, default=0, show_default=True,
               help="Outputs before the first label (a background class missing from the file).")
 @click.option("--resize", default="bilinear-half-pixel", show_default=True,

@@ -9,11 +9,9 @@ from pathlib import Path
 
 import click
 
-from .cli_common import _guard
+from .cli_common import _guard, device_flags, device_options
 from .errors import InputError
 
-DEFAULT_FIELD = {"text-classification": "text", "text-embedding": "text", "image-classification": "image",
-                 "tensors": "inputs"}
 
 
 @click.command("score")
@@ -34,9 +32,7 @@ DEFAULT_FIELD = {"text-classification": "text", "text-embedding": "text", "image
 @click.option("--force", is_flag=True, help="Overwrite an existing output (not with --resume).")
 @click.option("--max-error-rate", type=click.FloatRange(0, 1),
               help="Fail when (rejected + failed) / total is above this fraction (0..1).")
-@click.option("--device", default="auto", show_default=True)
-@click.option("--require-device", is_flag=True, help="Fail instead of falling back to another device.")
-@click.option("--device-option", "device_option", multiple=True, help="Backend option KEY=VALUE, repeatable.")
+@device_flags()
 @click.option("--deadline-ms", type=int, help="Per-input deadline.")
 @click.option("--quiet", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (stdout; stderr with -o -).")
@@ -69,7 +65,6 @@ def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, co
     exit code of the most frequent error's layer (2 input, 4 device,
     5 timeout, 6 runtime). An empty input: 2 (score_input_empty).
     """
-    from .cli import _device_options
     from .runtime import load
     from .score import Progress, job_identity, score, verdict
     from .score_inputs import count_records, read_records
@@ -81,9 +76,9 @@ def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, co
     if resume and to_stdout:
         raise InputError("--resume needs an output file: '-' (stdout) cannot be resumed",
                          code="score_options_conflict")
-    with load(artifact, device=device, strict=require_device, device_options=_device_options(device_option)) as rt:
+    with load(artifact, device=device, strict=require_device, device_options=device_options(device_option)) as rt:
         cap = 4 * rt.limits.max_request_bytes + 65536       # a JSON line may escape its text
-        records = read_records(input_path, fmt, field=field or DEFAULT_FIELD.get(rt.artifact.task, "text"),
+        records = read_records(input_path, fmt, field=field or type(rt.task).score_field,
                                id_field=id_field, cap=cap)
         job = None if to_stdout else job_identity(rt, records.source, deadline_ms=deadline_ms)
         progress = Progress(count_records(input_path, fmt), sys.stderr, enabled=not quiet)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_runtime.devices.base import check_feeds
+from edge_runtime.devices.base import Capabilities, DeviceSession, SessionCrashed
 
 from .errors import DeviceError
 
@@ -72,7 +72,7 @@ def _child_entry() -> None:
     _worker_main(conn, *conn.recv())
 
 
-def _worker_main(conn, backend_name, buckets, sub, options, shm_names):   # runs in the child
+def _worker_main(conn, backend_name, buckets, sub, options, provenance, shm_names):   # runs in the child
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         from edge_runtime.devices import registry
@@ -91,9 +91,10 @@ def _worker_main(conn, backend_name, buckets, sub, options, shm_names):   # runs
             views.append((_views(pair[0].buf, _layout(bucket["inputs"])[0]),
                           _views(pair[1].buf, _layout(bucket["outputs"])[0])))
         backend = registry.get_backend(backend_name)
-        sessions = [backend.load(Path(path), bucket, sub, dict(options)) for path, bucket in buckets]
+        extra = {"provenance": dict(provenance)} if provenance else {}
+        sessions = [backend.load(Path(path), bucket, sub, dict(options), **extra) for path, bucket in buckets]
         conn.send(("ready", [s.device for s in sessions], [s.info() for s in sessions],
-                   [getattr(s, "fallback", None) for s in sessions]))
+                   [s.fallback for s in sessions]))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, typed there
         conn.send(("error", type(exc).__name__, str(exc), getattr(exc, "code", None)))
         os._exit(1)
@@ -120,13 +121,15 @@ def _worker_main(conn, backend_name, buckets, sub, options, shm_names):   # runs
     os._exit(0)     # no native teardown in the child: its crashes must not matter
 
 
-class WorkerDied(RuntimeError):
-    pass
+class WorkerDied(SessionCrashed):
+    """The worker process died during a call (the runtime reports ``backend_crashed``)."""
 
 
 class IsolatedWorker:
-    def __init__(self, backend_name: str, buckets: list[tuple[str, dict]], sub: str | None, options: dict):
+    def __init__(self, backend_name: str, buckets: list[tuple[str, dict]], sub: str | None, options: dict,
+                 provenance: dict | None = None):
         self.backend_name, self.buckets, self.sub, self.options = backend_name, buckets, sub, dict(options)
+        self.provenance = dict(provenance or {})
         self._lock = threading.Lock()
         self._blocks, self._views, names = [], [], []
         for _, bucket in buckets:
@@ -154,7 +157,7 @@ class IsolatedWorker:
         theirs.close()
         parent = Connection(ours.detach())
         try:
-            parent.send((self.backend_name, self.buckets, self.sub, self.options, self._names))
+            parent.send((self.backend_name, self.buckets, self.sub, self.options, self.provenance, self._names))
             t_end = time.monotonic() + _READY_TIMEOUT_S
             while not parent.poll(0.05):
                 if proc.poll() is not None and not parent.poll(0):
@@ -281,19 +284,17 @@ class IsolatedWorker:
                 pass
 
 
-class IsolatedSession:
+class IsolatedSession(DeviceSession):
     """One bucket, served by the shared worker (the ``Session`` protocol)."""
 
-    cancellable = True      # the deadline kills the worker: a hard deadline
+    capabilities = Capabilities(inline=True, cancellable=True)   # the deadline kills the worker: a hard deadline
 
     def __init__(self, worker: IsolatedWorker, idx: int):
+        super().__init__(worker.buckets[idx][1], worker.devices[idx])
         self._worker, self._idx = worker, idx
-        self._bucket = worker.buckets[idx][1]
-        self.device = worker.devices[idx]
         self.fallback = worker.fallbacks[idx]
 
-    def run(self, feeds, cancel=None):
-        check_feeds(feeds, self._bucket)
+    def _run(self, feeds, cancel):
         return self._worker.run(self._idx, feeds, cancel)
 
     def info(self) -> dict:
@@ -301,5 +302,5 @@ class IsolatedSession:
         return {**(w.infos[self._idx] or {}), "isolated": True, "worker_pid": w.pid, "restarts": w.restarts,
                 "crashes": list(w.crashes)}
 
-    def close(self) -> None:
+    def _release(self) -> None:
         self._worker.close()

@@ -1,7 +1,10 @@
 """The artifact manifest: schema, validation and (de)serialisation.
 
 ``manifest.json`` pins everything an inference depends on. This module only
-knows the JSON shape; file verification lives in :mod:`edge_runtime.artifact`.
+knows the JSON shape, and of a task what its contract declares
+(``Task.manifest_sections``: keys it needs at load, ``manifest_files``: keys
+that name files; the task registry says which tasks exist); file verification
+lives in :mod:`edge_runtime.artifact`.
 
 The manifest seals itself: ``manifest_sha256`` is the sha256 of its own
 content without that key, in canonical JSON (sorted keys, no whitespace,
@@ -26,7 +29,13 @@ MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 SEAL = "manifest_sha256"
 
-TASKS = ("text-classification", "text-embedding", "image-classification", "tensors")
+
+def task_names() -> list[str]:
+    """The tasks this runtime knows (the task registry: built-ins and ``edge_runtime.tasks`` entry points)."""
+    from edge_runtime.models import task_names as names
+
+    return names()
+
 
 # required keys and their JSON types, per level
 _TOP = {
@@ -122,8 +131,7 @@ def validate(data: Any) -> None:
                             f"{', '.join(map(str, SUPPORTED_VERSIONS))})", file=MANIFEST_NAME,
                             code="manifest_version_unknown")
     _check(data["model"], _MODEL, "model")
-    if data["task"] not in TASKS:
-        raise ArtifactError(f"unknown task {data['task']!r}", file=MANIFEST_NAME, code="manifest_task_unknown")
+    task = _task(data["task"])
     for path, entry in data["files"].items():
         _check(entry, {"sha256": str, "bytes": int}, f"files[{path!r}]")
         if len(entry["sha256"]) != 64:
@@ -158,11 +166,24 @@ def validate(data: Any) -> None:
                 if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in tensor["shape"]):
                     raise ArtifactError(f"{bwhere}: tensor {tensor['name']!r} shape {tensor['shape']} is not static",
                                         file=MANIFEST_NAME, code="manifest_shape_dynamic")
-    for key in ("tokenizer", "labels"):
+    for section, keys in task.manifest_sections.items():   # what the task needs at load
+        _check(data.get(section), keys, section)
+    for key in dict.fromkeys(("tokenizer", "labels", *task.manifest_files)):
         ref = data["preprocess"].get(key) or data["postprocess"].get(key)
         if isinstance(ref, str) and ref not in data["files"]:
             raise ArtifactError(f"{key} file {ref!r} is not listed in files", file=MANIFEST_NAME,
                                 code="manifest_field_invalid")
+
+
+def _task(name: str):
+    """The manifest's task contract (its declared sections and files); an unknown task is the artifact's."""
+    from edge_runtime.models import UnknownTask, get_task
+
+    try:
+        return get_task(name)
+    except UnknownTask:
+        raise ArtifactError(f"unknown task {name!r} (known: {', '.join(task_names())})", file=MANIFEST_NAME,
+                            code="manifest_task_unknown") from None
 
 
 def dumps(data: dict) -> bytes:

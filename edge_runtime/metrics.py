@@ -17,11 +17,19 @@ from collections import Counter
 
 # seconds: sub-millisecond (a warm Edge TPU call) up to the 5 s default deadline and past it
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
-# tokens for text, decoded pixels for images, elements for tensors
+# in the task's own unit (Task.length_unit): tokens for text, decoded pixels for images, elements for tensors
 LENGTH_BUCKETS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
                   16777216, 41943040)
-LENGTH_UNITS = {"text-classification": "tokens", "text-embedding": "tokens", "image-classification": "pixels",
-                "tensors": "elements"}
+
+
+def length_unit(task) -> str:
+    """The unit of the task's input lengths (``Task.length_unit``); "units" for a task not registered here."""
+    from edge_runtime.models import get_task
+
+    try:
+        return str(get_task(task).length_unit)
+    except Exception:  # an unknown or broken task: the figure keeps a neutral unit
+        return "units"
 
 
 class Histogram:
@@ -50,6 +58,7 @@ class Histogram:
 class RuntimeMetrics:
     def __init__(self, labels: dict):
         self.labels = dict(labels)       # model, version, task, target, device
+        self._length_unit = length_unit(self.labels.get("task"))
         self._lock = threading.Lock()
         self._latency: dict[str, Histogram] = {}
         self._length = Histogram(LENGTH_BUCKETS)
@@ -93,7 +102,7 @@ class RuntimeMetrics:
             return {
                 "labels": dict(self.labels),
                 "latency_seconds": {b: h.snapshot() for b, h in sorted(self._latency.items())},
-                "input_length": dict(self._length.snapshot(), unit=LENGTH_UNITS.get(self.labels.get("task"), "units")),
+                "input_length": dict(self._length.snapshot(), unit=self._length_unit),
                 "errors": [{"type": t, "code": c, "count": n} for (t, c), n in sorted(self._errors.items())],
                 "truncated": self._truncated,
                 "fallbacks": list(self._fallbacks),

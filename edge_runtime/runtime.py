@@ -6,6 +6,7 @@ bounded by the deadline) → task.finish → result. Nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -17,11 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from edge_runtime.devices import registry
+from edge_runtime.devices.base import PROVENANCE_KEYS, SessionCrashed
 from edge_runtime.models import get_task
 
 from . import hardware as hw
 from .artifact import BackgroundVerify, load_artifact, variant_files, verify_files
-from .errors import (DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout, InputError)
+from .errors import (ArtifactError, DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout,
+                     InputError)
 from .batch_path import run_grouped
 from .limits import DEFAULT_LIMITS, Limits
 from .metrics import RuntimeMetrics
@@ -54,6 +57,11 @@ class Runtime:
         man = self.artifact.manifest
         self.hardware = hardware if hardware is not None else hw.detect_cached()
         self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target)
+        backend = registry.get_backend(self.choice.backend_name)
+        # validated before anything is read or built: the caller's options (an unknown key or a bad
+        # value is an InputError naming the valid ones) over the ones the converter measured and recorded
+        self.device_options, self.runtime_provenance, self.recorded_options_ignored = \
+            device_options_for(backend, self.choice.variant, device_options)
         # verify what this process will run (the chosen variant's files and the shared ones:
         # tokenizer, labels) before any of it is read; the other variants' files are hashed
         # on a thread while the device loads and warms up, and load() refuses the artifact
@@ -66,14 +74,8 @@ class Runtime:
         self.variant = self.choice.variant
         self.limits: Limits = DEFAULT_LIMITS.merged(man.get("limits"), source="manifest").merged(limits)
         self.task = get_task(man["task"])(man, self.artifact.read_bytes, self.variant["buckets"])
-        backend = registry.get_backend(self.choice.backend_name)
         sub = self.choice.suitability.device.partition(":")[2] or None
         self._sessions = []
-        # options the converter measured and recorded for this variant, under the caller's
-        recorded = dict(self.variant.get("runtime") or {})
-        if set(device_options or {}) & set(recorded):
-            recorded.pop("why", None)      # the caller overrides the recorded choice
-        self.device_options = {**recorded, **(device_options or {})}
         self.isolated = bool(isolate)
         try:
             if isolate:
@@ -81,11 +83,13 @@ class Runtime:
 
                 worker = IsolatedWorker(self.choice.backend_name,
                                         [(str(self.artifact.path(b["file"])), b) for b in self.variant["buckets"]],
-                                        sub, dict(self.device_options))
+                                        sub, dict(self.device_options), dict(self.runtime_provenance))
                 self._sessions = worker.sessions()
+            extra = {"provenance": dict(self.runtime_provenance)} if self.runtime_provenance else {}
             for bucket in ([] if isolate else self.variant["buckets"]):
                 try:
-                    sess = backend.load(self.artifact.path(bucket["file"]), bucket, sub, dict(self.device_options))
+                    sess = backend.load(self.artifact.path(bucket["file"]), bucket, sub, dict(self.device_options),
+                                        **extra)
                 except EdgeRuntimeError:
                     raise
                 except Exception as exc:
@@ -96,6 +100,10 @@ class Runtime:
         except BaseException:
             self._close_sessions()
             raise
+        # how each bucket's session is driven, read once: (inline, cancellable) per bucket
+        self.capabilities = [s.capabilities for s in self._sessions]
+        self._drive = [(c.inline, c.cancellable) for c in self.capabilities]
+        self._batched = all(c.batched for c in self.capabilities)
         self.device = self._sessions[0].device
         if dropped:
             self.choice.fallback = "; ".join(x for x in (self.choice.fallback, dropped) if x)
@@ -149,8 +157,8 @@ class Runtime:
         model) compile and warm it now rather than inside the first batch. Not part
         of ``load()``: an ``infer()``-only app should not pay for it. Returns ms per bucket."""
         out = {}
-        for sess, bucket in zip(self._sessions, self.variant["buckets"]):
-            if hasattr(sess, "prepare_many"):
+        for sess, bucket, caps in zip(self._sessions, self.variant["buckets"], self.capabilities):
+            if caps.batch_warmup:
                 t0 = time.perf_counter()
                 try:
                     sess.prepare_many()
@@ -237,7 +245,7 @@ class Runtime:
             raise InputError(f"batch is {total} bytes, over the request limit of {lim.max_request_bytes}",
                              code="input_too_large", limit=lim.max_request_bytes)
         deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
-        if len(items) > 1 and all(hasattr(s, "run_many") for s in self._sessions):
+        if len(items) > 1 and self._batched:
             return run_grouped(self, list(items), lim, deadline)
         out = []
         for raw in items:
@@ -258,10 +266,11 @@ class Runtime:
         if remaining <= 0:
             raise InferenceTimeout(f"deadline of {deadline} ms passed before the device call",
                                    code="inference_timeout", deadline_ms=deadline)
-        if getattr(sess, "cancellable", False):
-            outputs = self._run_inline(sess, prepared, remaining, deadline)
+        inline, cancellable = self._drive[prepared.bucket]
+        if inline:
+            outputs = self._run_inline(sess, prepared, remaining, deadline, cancellable)
         else:
-            outputs = self._run_pooled(sess, prepared, remaining, deadline)
+            outputs = self._run_pooled(sess, prepared, remaining, deadline, cancellable)
         return self._result(self._finish(outputs, prepared), prepared, t0, trace_id)
 
     def _prepare(self, raw, lim: Limits):
@@ -298,19 +307,31 @@ class Runtime:
         return InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "
                                      f"{self.variant['buckets'][prepared.bucket]['name']}: {type(exc).__name__}: {exc}",
                                      device=self.device, variant=self.variant["target"],
-                                     code="backend_crashed" if type(exc).__name__ == "WorkerDied" else None)
+                                     code="backend_crashed" if isinstance(exc, SessionCrashed) else None)
 
     def _timeout(self, deadline):
         return InferenceTimeout(f"{self.device} did not answer within the {deadline} ms deadline",
                                 code="inference_timeout", deadline_ms=deadline, device=self.device)
 
-    def _run_inline(self, sess, prepared, remaining, deadline):
+    def _late(self, deadline):
+        return InferenceTimeout(f"{self.device} answered after the {deadline} ms deadline",
+                                code="inference_timeout", deadline_ms=deadline, device=self.device)
+
+    def _run_inline(self, sess, prepared, remaining, deadline, cancellable):
+        if not cancellable:      # runs to the end in this thread; a late answer is a timeout, never a result
+            t_end = time.perf_counter() + remaining
+            try:
+                outputs = sess.run(prepared.feeds)
+            except Exception as exc:
+                raise self._fail(exc, prepared) from exc
+            if time.perf_counter() > t_end:
+                raise self._late(deadline)
+            return outputs
         token, entry = WATCHDOG.arm(time.perf_counter() + remaining)
         try:
             outputs = sess.run(prepared.feeds, cancel=token)
             if token.fired:   # finished, but after the deadline (a session that could not stop in time)
-                raise InferenceTimeout(f"{self.device} answered after the {deadline} ms deadline",
-                                       code="inference_timeout", deadline_ms=deadline, device=self.device)
+                raise self._late(deadline)
             return outputs
         except InferenceTimeout:
             raise
@@ -321,19 +342,29 @@ class Runtime:
         finally:
             WATCHDOG.disarm(entry)
 
-    def _run_pooled(self, sess, prepared, remaining, deadline):
+    def _run_pooled(self, sess, prepared, remaining, deadline, cancellable):
+        token = entry = None
+        if cancellable:          # the call returns at the deadline and the token stops the native work
+            token, entry = WATCHDOG.arm(time.perf_counter() + remaining)
         try:
-            future = self._pool.submit(sess.run, prepared.feeds)
+            future = self._pool.submit(sess.run, prepared.feeds, token)
         except RuntimeError as exc:  # pool shut down by a concurrent close()
+            if entry is not None:
+                WATCHDOG.disarm(entry)
             raise InferenceRuntimeError(f"runtime is closed: {exc}", code="runtime_closed", device=self.device,
                                         variant=self.variant["target"]) from None
         try:
             return future.result(timeout=remaining)
         except FutureTimeout:
             future.cancel()
+            if token is not None:
+                token.fire()
             raise self._timeout(deadline) from None
         except Exception as exc:
             raise self._fail(exc, prepared) from exc
+        finally:
+            if entry is not None:
+                WATCHDOG.disarm(entry)
 
     # -- introspection -----------------------------------------------------
     def info(self) -> dict:
@@ -348,12 +379,17 @@ class Runtime:
             "isolated": self.isolated,
             "device": self.device,
             "device_reason": self.choice.suitability.reason,
+            "device_policy": self.choice.suitability.policy,
+            "decided_by": self.choice.decided_by,
             "fallback": self.choice.fallback,
             "candidates": self.choice.candidates,
             "buckets": [{"name": b["name"], "inputs": b["inputs"], "outputs": b["outputs"]}
                         for b in self.variant["buckets"]],
             "sessions": [s.info() for s in self._sessions],
             "device_options": self.device_options,
+            "runtime_provenance": self.runtime_provenance,
+            "recorded_options_ignored": self.recorded_options_ignored,
+            "capabilities": [dataclasses.asdict(c) for c in self.capabilities],
             "quantization": self.variant["quantization"],
             "parity": self.variant["parity"],
             "limits": self.limits.to_dict(),
@@ -363,6 +399,33 @@ class Runtime:
             "load_ms": round(self.load_ms, 3),
             "warmup_ms": self.warmup_ms,
         }
+
+
+def device_options_for(backend, variant: dict, caller: dict | None) -> tuple[dict, dict, list[str]]:
+    """(options, provenance, recorded keys ignored) for ``backend``: the options the converter
+    recorded in the variant (``runtime``) under the caller's, both validated against the
+    backend's declarations; the caller's mistakes are an ``InputError`` naming the valid
+    options, a bad recorded value an ``ArtifactError``. Provenance (why the converter chose
+    them) is kept apart and dropped when the caller overrides a recorded option; a recorded
+    option this backend does not declare (another backend of the target's) is ignored, and
+    listed."""
+    from edge_runtime.devices.base import resolve_options
+
+    recorded = dict(variant.get("runtime") or {})
+    provenance = {k: recorded.pop(k) for k in PROVENANCE_KEYS if k in recorded}
+    declared = {o.name for o in backend.options}
+    ignored = sorted(k for k in recorded if k not in declared)
+    try:
+        rec = resolve_options(backend.options, {k: v for k, v in recorded.items() if k in declared},
+                              backend.name).given
+    except InputError as exc:
+        raise ArtifactError(f"the variant's recorded runtime options: {exc.message}", file="manifest.json",
+                            code="manifest_field_invalid") from None
+    given = resolve_options(backend.options, caller, backend.name)
+    if set(given.given) & set(rec):
+        provenance = {}                      # the caller overrides the recorded choice
+    provenance.update(given.provenance)      # a caller's "why" is a note too, never an option
+    return {**rec, **given.given}, provenance, ignored
 
 
 def _positive(ms) -> int:

@@ -1,8 +1,19 @@
 """Pick the (variant, backend, device) to run an artifact on, and say why.
 
-Every backend that declares a variant's target scores itself for the
-detected hardware (``rank``); ``device="auto"`` takes the best score. A named
-device (``"onnxruntime"``, ``"onnxruntime:tensorrt"``) forces one backend and
+Backends report facts (``Suitability``: can it run here, a tier, the reason);
+they never rank themselves. ``POLICY`` below is the one ordered table that
+turns those facts and the hardware into the choice: the first row a candidate
+matches places it, rows in one group tie (the manifest's variant order breaks
+the tie), and a candidate's ``score`` is its row's place counted from the
+bottom (0: cannot run). README's "Hardware detection and device selection"
+shows the same table; a test keeps the two equal.
+
+``device="auto"`` takes the best-placed candidate. A measurement on the target
+(``measured``: the next step, probe-set parity and latency on this machine)
+may override the static order: it is given the usable candidates in policy
+order and returns the one to run and why, or None to keep the policy's
+choice; ``Choice.decided_by`` says which decided. A named device
+(``"onnxruntime"``, ``"onnxruntime:tensorrt"``) forces one backend and
 sub-device; when it cannot run, ``strict`` raises ``DeviceError`` and
 otherwise the choice falls back to the best alternative (the same backend's
 default device included) and says why.
@@ -15,12 +26,98 @@ initialise) is a fallback too: reported, or under ``strict`` a ``DeviceError``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Callable
 
 from edge_runtime.devices import registry
 from edge_runtime.devices.base import Suitability
 
 from .errors import ArtifactError, DeviceError
+
+
+# -- the policy ------------------------------------------------------------------
+def _always(hw: dict, target: str) -> bool:
+    return True
+
+
+def _x86_avx2(hw: dict, target: str) -> bool:
+    cpu = hw.get("cpu") or {}
+    return str(hw.get("machine", "")).lower() in ("x86_64", "amd64") and "avx2" in set(cpu.get("features") or [])
+
+
+def _intel_avx2(hw: dict, target: str) -> bool:
+    return _x86_avx2(hw, target) and (hw.get("cpu") or {}).get("vendor") == "GenuineIntel"
+
+
+def _arm(hw: dict, target: str) -> bool:
+    return str(hw.get("machine", "")).lower() in ("aarch64", "arm64", "armv7l")
+
+
+def _int8_dot(hw: dict, target: str) -> bool:
+    return target == "onnx-int8" and bool((hw.get("cpu") or {}).get("int8_dot"))
+
+
+@dataclass(frozen=True)
+class Rule:
+    family: str                 # the backend family ("*": any)
+    tier: str                   # the tier it reports ("*": any)
+    when: str                   # the hardware condition, in words ("" : always)
+    why: str
+    test: Callable[[dict, str], bool] = _always     # (hardware, target) -> does the condition hold
+
+    def matches(self, family: str, tier: str, hardware: dict, target: str) -> bool:
+        return self.family in ("*", family) and self.tier in ("*", tier) and self.test(hardware, target)
+
+
+# best first; the rules in one group tie
+POLICY: tuple[tuple[Rule, ...], ...] = (
+    (Rule("edgetpu", "accelerator", "", "an Edge TPU with libedgetpu runs the whole int8 graph"),),
+    (Rule("onnxruntime", "tensorrt", "", "TensorRT int8 on an NVIDIA GPU (Jetson or discrete)"),),
+    (Rule("onnxruntime", "cuda", "", "CUDA on an NVIDIA GPU"),),
+    (Rule("openvino", "accelerator", "", "an OpenVINO GPU, NPU or AUTO device (only when asked for)"),),
+    (Rule("coreml", "accelerator", "", "Core ML on Apple Silicon: Neural Engine, GPU and CPU"),),
+    (Rule("openvino", "cpu", "x86-64 with AVX2, Intel", "OpenVINO int8 is the fastest CPU path on Intel", _intel_avx2),),
+    (Rule("openvino", "cpu", "x86-64 with AVX2", "OpenVINO int8 measured faster than ONNX Runtime int8 "
+                                                "(bench/bench_openvino.py)", _x86_avx2),),
+    (Rule("tflite", "cpu", "ARM", "LiteRT/XNNPACK, the lightest CPU runtime on ARM boards", _arm),),
+    (Rule("onnxruntime", "cpu", "onnx-int8 on a CPU with int8 dot products (VNNI/AMX/dotprod)",
+          "ONNX Runtime's int8 kernels without int16 saturation", _int8_dot),),
+    (Rule("onnxruntime", "cpu", "", "ONNX Runtime on the CPU"),
+     Rule("coreml", "cpu", "", "Core ML on an Intel Mac (CPU and GPU)")),
+    (Rule("tflite", "cpu", "", "LiteRT on a non-ARM CPU"),),
+    (Rule("openvino", "cpu", "", "OpenVINO without AVX2"),),
+    (Rule("edgetpu", "unready", "", "an Edge TPU without libedgetpu: still forceable, ranked below every CPU path"),),
+    (Rule("*", "*", "", "any other backend that can run (third-party, tests): above 'cannot' only"),),
+)
+
+
+def place(family: str, suit: Suitability, hardware: dict, target: str) -> Suitability:
+    """``suit`` with its score and policy row filled in (0 and no row when it cannot run)."""
+    if not suit.ok:
+        return dataclasses.replace(suit, score=0, policy=None)
+    for i, group in enumerate(POLICY):
+        for rule in group:
+            if rule.matches(family, suit.tier, hardware, target):
+                return dataclasses.replace(suit, score=len(POLICY) - i, policy=rule.why)
+    raise AssertionError("the policy's last row matches every candidate")
+
+
+def assess(backend_name: str, target: str, hardware: dict, device: str | None = None) -> Suitability:
+    """One backend's facts for ``target`` here, placed by the policy."""
+    backend = registry.get_backend(backend_name)
+    return place(backend.family, backend.suitability(target, hardware, device), hardware, target)
+
+
+def policy_table() -> list[dict]:
+    """The policy as rows (``score``, ``backend``, ``tier``, ``when``, ``why``), best first."""
+    return [{"score": len(POLICY) - i, "backend": r.family, "tier": r.tier, "when": r.when, "why": r.why}
+            for i, group in enumerate(POLICY) for r in group]
+
+
+# -- the choice ------------------------------------------------------------------
+# given the usable candidate rows in policy order and the hardware: (row, why) or None
+Measured = Callable[[list, dict], "tuple[dict, str] | None"]
 
 
 @dataclass
@@ -30,6 +127,8 @@ class Choice:
     suitability: Suitability
     candidates: list[dict] = field(default_factory=list)
     fallback: str | None = None
+    decided_by: str = "policy"        # "policy", "measurement" or "forced" (the device asked for)
+    measured: str | None = None       # the measurement's reason when it decided
 
 
 def check_targets(targets: list[str]) -> dict[str, list[str]]:
@@ -51,9 +150,9 @@ def parse_device(device: str | None) -> tuple[str | None, str | None]:
 
 
 def rank(variants: list[dict], hardware: dict, device: str = "auto", target: str | None = None) -> list[dict]:
-    """Every (variant, backend) pair scored for ``hardware``; the forced backend also with its default device.
+    """Every (variant, backend) pair placed for ``hardware``; the forced backend also with its default device.
 
-    Rows: ``variant``, ``backend``, ``suitability``, ``order`` (variant order in the
+    Rows: ``variant``, ``backend``, ``suitability`` (placed), ``order`` (variant order in the
     manifest, the tie-break) and ``forced`` (this row is the device asked for).
     """
     known = check_targets([v["target"] for v in variants])
@@ -69,7 +168,8 @@ def rank(variants: list[dict], hardware: dict, device: str = "auto", target: str
             backend = registry.get_backend(name)
             subs = [want_sub, None] if name == want_backend and want_sub is not None else [None]
             for sub in subs:
-                suit = backend.suitability(variant["target"], hardware, sub)
+                suit = place(backend.family, backend.suitability(variant["target"], hardware, sub), hardware,
+                             variant["target"])
                 rows.append({"variant": variant, "backend": name, "suitability": suit, "order": order,
                              "forced": name == want_backend and sub == want_sub})
     if not rows:
@@ -80,35 +180,41 @@ def rank(variants: list[dict], hardware: dict, device: str = "auto", target: str
 def table(rows: list[dict], chosen: dict | None = None) -> list[dict]:
     """The JSON-safe candidate table shown by ``rt.info()`` and ``edge-infer devices``."""
     return [{"target": r["variant"]["target"], "backend": r["backend"], "score": r["suitability"].score,
-             "device": r["suitability"].device, "reason": r["suitability"].reason, "forced": r["forced"],
-             "chosen": r is chosen} for r in rows]
+             "tier": r["suitability"].tier, "device": r["suitability"].device, "reason": r["suitability"].reason,
+             "policy": r["suitability"].policy, "forced": r["forced"], "chosen": r is chosen} for r in rows]
 
 
-def _best(rows: list[dict]) -> dict:
-    return max(rows, key=lambda r: (r["suitability"].score, -r["order"]))
+def _in_policy_order(rows: list[dict]) -> list[dict]:
+    return sorted(rows, key=lambda r: (-r["suitability"].score, r["order"]))
 
 
 def choose(variants: list[dict], hardware: dict, device: str = "auto", strict: bool = False,
-           target: str | None = None) -> Choice:
+           target: str | None = None, measured: Measured | None = None) -> Choice:
     rows = rank(variants, hardware, device, target)
     want_backend, _ = parse_device(device)
     fallback = None
     if want_backend is not None:
         forced = [r for r in rows if r["forced"] and r["suitability"].ok]
         if forced:
-            best = _best(forced)
-            return Choice(best["variant"], best["backend"], best["suitability"], table(rows, best))
+            best = _in_policy_order(forced)[0]
+            return Choice(best["variant"], best["backend"], best["suitability"], table(rows, best),
+                          decided_by="forced")
         reasons = "; ".join(f"{r['variant']['target']}: {r['suitability'].reason}" for r in rows if r["forced"]) or \
             f"{want_backend} runs none of the artifact's targets ({', '.join(v['target'] for v in variants)})"
         if strict:
             raise DeviceError(f"device {device!r} cannot run this artifact: {reasons}", code="device_unavailable")
         fallback = f"requested {device!r} is unavailable ({reasons})"
-    usable = [r for r in rows if r["suitability"].ok]
+    usable = _in_policy_order([r for r in rows if r["suitability"].ok])
     if not usable:
         reasons = "; ".join(f"{r['backend']} for {r['variant']['target']}: {r['suitability'].reason}" for r in rows)
         raise DeviceError(f"no device can run this artifact here: {reasons}", code="device_unavailable")
-    best = _best(usable)
-    return Choice(best["variant"], best["backend"], best["suitability"], table(rows, best), fallback)
+    best, decided_by, why = usable[0], "policy", None
+    if measured is not None:
+        picked = measured(usable, hardware)
+        if picked is not None:
+            (best, why), decided_by = picked, "measurement"
+    return Choice(best["variant"], best["backend"], best["suitability"], table(rows, best), fallback,
+                  decided_by, why)
 
 
 def same_device(promised: str, actual: str) -> bool:
@@ -130,7 +236,7 @@ def session_fallback(choice: Choice, sessions: list, strict: bool = False) -> st
     promised = choice.suitability.device
     reasons = []
     for sess in sessions:
-        why = getattr(sess, "fallback", None)
+        why = sess.fallback
         if not why and not same_device(promised, sess.device):
             why = f"{choice.backend_name} was chosen for {promised} but its session runs on {sess.device}"
         if why and why not in reasons:

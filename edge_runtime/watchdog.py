@@ -1,8 +1,10 @@
 """Deadlines without a thread hop: one watchdog thread cancels late calls.
 
-Backends whose sessions can cancel a running call (``session.cancellable``;
-ONNX Runtime through ``RunOptions.terminate``) run in the caller's thread;
-the watchdog fires the call's cancel hook when its deadline passes. Handing
+Sessions whose capabilities say ``inline`` and ``cancellable`` (ONNX Runtime
+through ``RunOptions.terminate``, OpenVINO through ``InferRequest.cancel()``,
+the isolated worker) run in the caller's thread; the watchdog fires the call's
+cancel hook when its deadline passes. An inline session that cannot cancel
+(LiteRT) needs no watchdog: its deadline is checked when it returns. Handing
 every call to a worker thread instead costs two thread wake-ups (~150 µs on
 this machine, 3% of a 5 ms MiniLM call). Sessions that cannot cancel still
 go through the runtime's worker pool, which returns at the deadline.

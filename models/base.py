@@ -76,15 +76,73 @@ class TaskOutput:
             self.raw_outputs = getattr(self.outputs, "raw", None)
 
 
-class Task:
-    """Base class. Subclasses set ``name`` and ``parity_metric``.
+class TaskMismatch(ValueError):
+    """A model's inputs or outputs do not fit the task (``check_io``); ``part`` says which side
+    ("inputs" or "outputs"), the message what they look like and the task that fits."""
 
-    ``manifest`` is the artifact manifest, ``read_file(rel) -> bytes`` reads a
-    verified artifact file, ``buckets`` are the chosen variant's buckets.
+    def __init__(self, message: str, part: str = "outputs"):
+        super().__init__(message)
+        self.part = part
+
+
+def preprocess_error(message: str):
+    """A ``--preprocess`` key or value the task cannot use (the caller's)."""
+    raise InputError(message, code="convert_preprocess_invalid")
+
+
+def is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class Task:
+    """The task contract: what a task declares and does, each member with its default.
+
+    A task is one module with one :class:`Task` subclass, registered under its
+    ``name`` (``models/__init__.py``: built-ins, and the ``edge_runtime.tasks``
+    entry-point group). Everything else derives from these declarations: the
+    manifest validation (``manifest_sections``, ``manifest_files``), the CLI
+    (``input_kind``, ``score_field``), the converters (``sequence_buckets``,
+    ``default_buckets``, ``recipe_family``, ``needs_tokenizer``,
+    ``needs_preprocess``, ``takes_labels``, ``preprocess_keys`` +
+    ``check_preprocess``, ``check_sample_path``, ``load_samples``,
+    ``build_sections``), import (``importable``, ``import_options``,
+    ``check_io``, ``import_sections``), parity (``parity_metric``,
+    ``parity_best``, ``compare``) and metrics (``length_unit``).
+
+    An instance is the contract over one artifact variant: ``manifest`` is the
+    artifact manifest, ``read_file(rel) -> bytes`` reads a verified artifact
+    file, ``buckets`` are the chosen variant's buckets. ``prepare`` turns one raw
+    input into feeds (every bad input an ``InputError``, before any device
+    work); ``finish`` turns the outputs into a :class:`TaskOutput`.
     """
 
-    name = ""
-    parity_metric = ""
+    # -- identity and parity -------------------------------------------------
+    name: str = ""                         # the manifest's "task" and the registry key
+    parity_metric: str = ""                # what compare() reports ("top1_agreement", "cosine_mean", ...)
+    parity_best: float = 1.0               # compare()'s value for identical outputs
+
+    # -- raw inputs ----------------------------------------------------------
+    input_kind: str = "tensors"            # "text" | "image" | "tensors": the raw input prepare() takes (CLI flags)
+    score_field: str = "inputs"            # the record field `edge-infer score` reads by default
+    length_unit: str = "units"             # unit of Prepared.length (the input-length histogram)
+
+    # -- convert -------------------------------------------------------------
+    sequence_buckets: bool = False         # buckets are sequence lengths (--buckets); else one static shape
+    default_buckets: tuple[int, ...] = ()  # the sequence lengths used without --buckets
+    recipe_family: str = "cnn"             # the quantization recipes' model family: "cnn" or "transformer"
+    needs_tokenizer: bool = False          # convert refuses it without --tokenizer
+    needs_preprocess: bool = False         # convert refuses it without --preprocess
+    takes_labels: bool = False             # --labels allowed (convert and import)
+    preprocess_keys: tuple[str, ...] = ()  # the --preprocess keys it reads (check_preprocess types them)
+
+    # -- the manifest --------------------------------------------------------
+    # the keys it needs at load, per section, with their JSON types ({"preprocess": {"tokenizer": str}})
+    manifest_sections: dict = {}
+    manifest_files: tuple[str, ...] = ()   # preprocess/postprocess keys that name an artifact file
+
+    # -- import (a quantized model wrapped as it is) -------------------------
+    importable: bool = False               # import_sections() builds its sections
+    import_options: tuple[str, ...] = ()   # the import pre-processing options it reads (scale, mean, ...)
 
     def __init__(self, manifest: dict, read_file: Callable[[str], bytes], buckets: list[dict]):
         self.manifest = manifest
@@ -112,6 +170,7 @@ class Task:
 
     @staticmethod
     def compare(reference: list[TaskOutput], candidate: list[TaskOutput]) -> dict:
+        """``{"metric": parity_metric, "value": float, "samples": int, ...}`` over pairs of outputs."""
         raise NotImplementedError
 
     def warmup_sample(self):
@@ -119,7 +178,72 @@ class Task:
         does not pay for first-use code paths (decoders, tokenizer caches)."""
         return None
 
+    def bucket_samples(self, limits) -> list:
+        """One raw input per bucket that ``prepare`` routes to that bucket (None where there is
+        none): what the benchmark times each bucket with. Default: the warm-up sample each."""
+        return [self.warmup_sample() for _ in self.buckets]
+
+    # -- samples (convert: calibration and parity data) -----------------------
+    @classmethod
+    def load_samples(cls, path) -> list:
+        """The raw inputs in a calibration / parity data file or folder."""
+        raise InputError(f"task {cls.name or cls.__name__} has no sample loader: it cannot be converted "
+                         f"(calibration and parity data need one)", code="task_samples_unsupported")
+
+    @classmethod
+    def check_sample_path(cls, path, what: str) -> None:
+        """Refuse (``InputError`` ``convert_calibration_invalid``) a path ``load_samples`` cannot
+        read, before it is called; ``what`` is the option ("--calibration")."""
+
+    # -- --preprocess --------------------------------------------------------
+    @classmethod
+    def check_preprocess(cls, pre) -> None:
+        """Refuse keys the task does not read and values it cannot use (``convert_preprocess_invalid``)."""
+        if pre is None:
+            return
+        if not isinstance(pre, dict):
+            preprocess_error(f"--preprocess must be a JSON object, got {type(pre).__name__}")
+        allowed = tuple(cls.preprocess_keys)
+        unknown = sorted(set(pre) - set(allowed))
+        if unknown:
+            preprocess_error(f"--preprocess: unknown key(s) {', '.join(map(repr, unknown))} for task {cls.name} "
+                             f"(known: {', '.join(allowed) or 'none: the task takes no --preprocess'})")
+        cls.check_preprocess_values(pre)
+
+    @classmethod
+    def check_preprocess_values(cls, pre: dict) -> None:
+        """Type-check the known keys' values (``preprocess_error`` on a bad one)."""
+
+    # -- the artifact's sections ------------------------------------------------
+    @classmethod
+    def build_sections(cls, request, writer, outputs: list[dict]) -> tuple[dict, dict]:
+        """``(preprocess, postprocess)`` of an artifact converted from ``request`` (its
+        ``tokenizer``, ``labels``, ``preprocess``, ``buckets``); files go into the artifact
+        through ``writer.add_file(rel, src)``, which returns ``rel``. ``outputs`` are the
+        source model's output specs. Default: the pre-processing given, no post-processing."""
+        return {"kind": cls.input_kind, **(request.preprocess or {})}, {}
+
+    @classmethod
+    def check_io(cls, inputs: list[dict], outputs: list[dict], post: dict | None = None) -> dict:
+        """The task's contract on a model's tensors, checked at import (and by the task at load):
+        :class:`TaskMismatch` when they do not fit, else facts about them (``"classes"``: the
+        class count, ``"output"``: the score output's spec, for a classifier). Default: any fit."""
+        return {}
+
+    @classmethod
+    def import_sections(cls, model: dict, options: dict, warnings: list) -> tuple[dict, dict]:
+        """``(preprocess, postprocess)`` of a model imported as it is (``model``: ``inputs``,
+        ``outputs``, ``ops``; ``options``: the ``import_options`` given; warnings appended)."""
+        raise InputError(f"import does not support task {cls.name!r}", code="import_task_unsupported")
+
     # -- helpers -----------------------------------------------------------
+    @staticmethod
+    def labels_section(request, writer, post: dict) -> dict:
+        """``post`` with the labels file (``request.labels``) added into the artifact, when given."""
+        if getattr(request, "labels", None):
+            post["labels"] = writer.add_file("labels.txt", request.labels)
+        return post
+
     def output_spec(self, name: str, bucket: int = 0) -> dict:
         for spec in self.buckets[bucket]["outputs"]:
             if spec["name"] == name:

@@ -9,16 +9,24 @@ pose models are refused with the tensor, its shape and the task that fits.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from edge_runtime.errors import ArtifactError
+from edge_runtime.errors import ArtifactError, InputError
 
-from .base import (Prepared, Task, TaskOutput, classification_parity, dequantize, rank_classes, score_keys,
-                   softmax)
-from .image import _pil, decode, input_plan, load_image_samples, to_tensor
+from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, dequantize, is_number,
+                   preprocess_error, rank_classes, score_keys, softmax)
+from .image import _RESAMPLE, _pil, decode, input_plan, load_image_samples, to_tensor
+
+LAYOUTS = ("NCHW", "NHWC")
+RESIZE_METHODS = tuple(_RESAMPLE) + ("bilinear-half-pixel",)
+IMAGE_DTYPES = ("uint8", "int8", "float32")
 
 
-class NotAClassifier(ValueError):
+class NotAClassifier(TaskMismatch):
     """The model's outputs do not fit image classification; the message says what they look like."""
+
+    def __init__(self, message: str):
+        super().__init__(message, part="outputs")
 
 
 def _shape(spec: dict) -> list[int]:
@@ -78,6 +86,90 @@ class ImageClassification(Task):
     parity_metric = "top1_agreement"
     load_samples = staticmethod(load_image_samples)
     compare = staticmethod(classification_parity)
+    input_kind = "image"
+    score_field = "image"
+    length_unit = "pixels"
+    needs_preprocess = True
+    takes_labels = True
+    preprocess_keys = ("size", "channels", "scale", "mean", "std", "layout", "resize", "input")
+    manifest_sections = {"preprocess": {"size": list}}
+    manifest_files = ("labels",)
+    importable = True
+    import_options = ("resize", "scale", "mean", "std")
+
+    @classmethod
+    def check_sample_path(cls, path, what: str) -> None:
+        p = Path(path)
+        if not p.is_dir() and p.suffix.lower() != ".npy":
+            raise InputError(f"{what} {p}: image-classification takes a folder of PNG/JPEG/BMP images or a .npy of "
+                             f"uint8 images", code="convert_calibration_invalid")
+
+    @classmethod
+    def check_preprocess_values(cls, pre: dict) -> None:
+        def bad(key, want):
+            preprocess_error(f"--preprocess {key!r}: {want}, got {pre[key]!r}")
+
+        if "size" not in pre:
+            preprocess_error("--preprocess needs 'size' ([height, width]) for image-classification")
+        s = pre["size"]
+        if not (isinstance(s, list) and len(s) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                            and v > 0 for v in s)):
+            bad("size", "need two positive integers [height, width]")
+        channels = pre.get("channels", 3)
+        if "channels" in pre and (isinstance(channels, bool) or channels not in (1, 3)):
+            bad("channels", "need 1 or 3")
+        if "scale" in pre and not (is_number(pre["scale"]) and pre["scale"] > 0):
+            bad("scale", "need a positive number")
+        for key in ("mean", "std"):
+            if key in pre:
+                v = pre[key]
+                if not (isinstance(v, list) and len(v) in {1, channels} and all(is_number(x) for x in v)):
+                    bad(key, f"need a list of 1 or {channels} (channels) numbers")
+                if key == "std" and any(x <= 0 for x in v):
+                    bad(key, "every std must be > 0")
+        if "layout" in pre and pre["layout"] not in LAYOUTS:
+            bad("layout", f"need one of {', '.join(LAYOUTS)}")
+        if "resize" in pre and pre["resize"] not in RESIZE_METHODS:
+            bad("resize", f"need one of {', '.join(RESIZE_METHODS)}")
+        if "input" in pre and not isinstance(pre["input"], str):
+            bad("input", "need a string (\"pixels\": the 0..255 pixels are the model's integer input)")
+
+    @classmethod
+    def build_sections(cls, request, writer, outputs):
+        post = {"output": outputs[0]["name"], "softmax": True, "top_k": 5}
+        return {"kind": "image", **request.preprocess}, cls.labels_section(request, writer, post)
+
+    @classmethod
+    def check_io(cls, inputs, outputs, post=None) -> dict:
+        """One image input ([1, H, W, 1|3] or [1, 1|3, H, W]; uint8, int8 or float32) and one
+        class-score output (:func:`classifier_output`)."""
+        from .image_import import image_layout
+
+        if len(inputs) != 1:
+            raise TaskMismatch(f"an image classifier takes one input; this model has {len(inputs)} "
+                               "(import it with --task tensors)", part="inputs")
+        shape = inputs[0]["shape"]
+        if image_layout(shape) is None:
+            raise TaskMismatch(f"image input must be [1, H, W, 1|3] or [1, 1|3, H, W], got {shape} "
+                               "(import it with --task tensors)", part="inputs")
+        if inputs[0]["dtype"] not in IMAGE_DTYPES:
+            raise TaskMismatch(f"image input dtype {inputs[0]['dtype']} is not supported", part="inputs")
+        spec, n = classifier_output(outputs, (post or {}).get("output"))
+        return {"output": spec, "classes": n}
+
+    @classmethod
+    def import_sections(cls, model, options, warnings):
+        from .image_import import image_preprocess
+
+        pre = image_preprocess(model["inputs"][0], warnings=warnings, **options)
+        out = cls.check_io(model["inputs"], model["outputs"])["output"]
+        q = out.get("quantization") or {}
+        # a model that ends in SOFTMAX (maybe then reshaped or re-quantized) already outputs
+        # probabilities; inside an Edge TPU custom op the softmax is not visible, but its
+        # output quantization is the softmax one (scale 1/256, zero point 0)
+        probs = "SOFTMAX" in list(model.get("ops", []))[-3:] or (abs(q.get("scale", 0) - 1 / 256) < 1e-9
+                                                                 and q.get("zero_point") == 0)
+        return pre, {"output": out["name"], "top_k": 5, "softmax": not probs}
 
     def __init__(self, manifest, read_file, buckets):
         super().__init__(manifest, read_file, buckets)

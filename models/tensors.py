@@ -12,16 +12,47 @@ dequantized values.
 
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
 import numpy as np
 
 from edge_runtime.errors import InputError
 
-from .base import Outputs, Prepared, Task, TaskOutput, dequantize, reject_type
+from .base import Outputs, Prepared, Task, TaskOutput, dequantize, preprocess_error, reject_type
+
+_NPZ = "the tensors task takes an .npz of named arrays, one per model input, samples along the first axis " \
+       "(numpy.savez(F, input_name=array))"
 
 
 class Tensors(Task):
     name = "tensors"
     parity_metric = "cosine_mean"
+    input_kind = "tensors"
+    score_field = "inputs"
+    length_unit = "elements"
+    preprocess_keys = ("allow_nonfinite",)
+    importable = True
+
+    @classmethod
+    def check_sample_path(cls, path, what: str) -> None:
+        p = Path(path)
+        if p.is_dir():
+            raise InputError(f"{what} {p} is a directory; {_NPZ}", code="convert_calibration_invalid")
+        if not zipfile.is_zipfile(p):
+            raise InputError(f"{what} {p} is not an .npz archive; {_NPZ}", code="convert_calibration_invalid")
+
+    @classmethod
+    def check_preprocess_values(cls, pre: dict) -> None:
+        if "allow_nonfinite" in pre and not isinstance(pre["allow_nonfinite"], bool):
+            preprocess_error(f"--preprocess 'allow_nonfinite': need true or false, got {pre['allow_nonfinite']!r}")
+
+    @classmethod
+    def import_sections(cls, model, options, warnings):
+        return {"kind": "tensors"}, {}
+
+    def bucket_samples(self, limits) -> list:
+        return [{t["name"]: np.zeros(t["shape"], dtype=t["dtype"]) for t in b["inputs"]} for b in self.buckets]
 
     def request_bytes(self, raw) -> int:
         if isinstance(raw, dict):

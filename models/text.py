@@ -9,6 +9,8 @@ reset here), at the cost of a single encode.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from edge_runtime.errors import ArtifactError, InputError
@@ -23,6 +25,31 @@ ROLE_NAMES = {
 
 
 class TextTask(Task):
+    """What the text tasks share: a text string in, the artifact's tokenizer, sequence buckets."""
+
+    input_kind = "text"
+    score_field = "text"
+    length_unit = "tokens"
+    sequence_buckets = True
+    default_buckets = (64, 128)
+    recipe_family = "transformer"
+    needs_tokenizer = True
+    manifest_sections = {"preprocess": {"tokenizer": str}}
+    manifest_files = ("tokenizer",)
+
+    @classmethod
+    def check_sample_path(cls, path, what: str) -> None:
+        p = Path(path)
+        if p.is_dir():
+            raise InputError(f"{what} {p} is a directory; text tasks take a .txt (one sample a line), .jsonl "
+                             f"('text') or .tsv (text<TAB>label) file", code="convert_calibration_invalid")
+
+    @staticmethod
+    def text_preprocess(request, writer) -> dict:
+        """The text ``preprocess`` section: the tokenizer file (into the artifact) and the longest bucket."""
+        return {"kind": "text", "tokenizer": writer.add_file("tokenizer.json", request.tokenizer),
+                "max_length": max(request.buckets), "pad_id": 0}
+
     def __init__(self, manifest, read_file, buckets):
         super().__init__(manifest, read_file, buckets)
         from tokenizers import Tokenizer
@@ -62,6 +89,20 @@ class TextTask(Task):
 
     def warmup_sample(self):
         return "warm up the tokenizer"
+
+    def bucket_samples(self, limits) -> list:
+        """Per bucket the longest "hello hello ..." that goes to it untruncated (None: none does)."""
+        out = []
+        for idx, length in enumerate(self.lengths):
+            sample = None
+            for k in range(max(length - 2, 1), 0, -1):
+                text = "hello " * k
+                p = self.prepare(text, limits)
+                if p.bucket == idx and not p.truncated:
+                    sample = text
+                    break
+            out.append(sample)
+        return out
 
     def text_of(self, raw, limits) -> str:
         if isinstance(raw, dict) and set(raw) == {"text"}:
@@ -126,7 +167,6 @@ class TextTask(Task):
 def load_text_samples(path) -> list[str]:
     """Calibration/eval text: a .txt file (one sample a line) or JSONL ("text")."""
     import json
-    from pathlib import Path
 
     p = Path(path)
     lines = p.read_text(encoding="utf-8").splitlines()

@@ -13,6 +13,13 @@ class TextClassification(TextTask):
     parity_metric = "top1_agreement"
     load_samples = staticmethod(load_text_samples)
     compare = staticmethod(classification_parity)
+    takes_labels = True
+    manifest_files = ("tokenizer", "labels")
+
+    @classmethod
+    def build_sections(cls, request, writer, outputs):
+        post = {"output": outputs[0]["name"], "softmax": True}
+        return cls.text_preprocess(request, writer), cls.labels_section(request, writer, post)
 
     def __init__(self, manifest, read_file, buckets):
         super().__init__(manifest, read_file, buckets)

@@ -13,6 +13,13 @@ class TextEmbedding(TextTask):
     parity_metric = "cosine_mean"
     load_samples = staticmethod(load_text_samples)
 
+    @classmethod
+    def build_sections(cls, request, writer, outputs):
+        first = outputs[0]    # [1, seq, dim] hidden states are mean-pooled; anything else is already pooled
+        post = {"output": first["name"], "pooling": "mean" if len(first["shape"]) == 3 else "none",
+                "normalize": True}
+        return cls.text_preprocess(request, writer), post
+
     def __init__(self, manifest, read_file, buckets):
         super().__init__(manifest, read_file, buckets)
         self.output = self.post.get("output", "last_hidden_state")

@@ -1,5 +1,8 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -8,8 +11,38 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 ZOO = ROOT / "models" / "zoo"
 CACHE = Path(os.environ.get("EDGE_RUNTIME_TEST_CACHE", ROOT / "tests" / ".cache"))
+TESTS = Path(__file__).resolve().parent
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(TESTS))
+
+
+def add_distribution(site: Path, name: str, entry_points: dict[str, dict[str, str]]) -> Path:
+    """Write a minimal installed distribution (a ``.dist-info`` with entry points) into ``site``."""
+    dist = Path(site) / f"{name.replace('-', '_')}-0.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n" for group, eps in entry_points.items()))
+    return dist
+
+
+def _register_test_backends() -> None:
+    """The fake backend is test code (``tests/fake_backend.py``): it registers here, at test
+    time, through an entry point of a temporary distribution, the way a third-party backend
+    does. PYTHONPATH carries it (and this folder) to child processes: the CLI run as a
+    subprocess and the isolated worker find it too."""
+    site = Path(tempfile.mkdtemp(prefix="edge-runtime-test-backends-"))
+    atexit.register(shutil.rmtree, site, True)
+    add_distribution(site, "edge-runtime-test-backends", {"edge_runtime.devices": {"fake": "fake_backend:FakeBackend"}})
+    sys.path.insert(1, str(site))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(site)] + [p for p in os.environ.get(
+        "PYTHONPATH", "").split(os.pathsep) if p])
+    from edge_runtime.devices import registry
+
+    registry.register("fake", "fake_backend:FakeBackend")   # in case the registry was read before
+
+
+_register_test_backends()
 
 
 @pytest.fixture
@@ -162,8 +195,8 @@ def edgetpu_faked_artifact(tmp_path_factory):
     out = tmp_path_factory.mktemp("edgetpu") / "mnv1"
     import_tflite(coral / "mobilenet_v1_0.25_128_quant_edgetpu.tflite", out, labels=coral / "imagenet_labels.txt")
     module = FakeEdgeTpuModule({out / "edgetpu" / "model.tflite": coral / "mobilenet_v1_0.25_128_quant.tflite"})
-    registry.register("edgetpu-faked", lambda: EdgeTpuBackend(module=module, name="edgetpu-faked",
-                                                              list_tpus=lambda hw: [{"type": "usb", "path": "1-1"}]))
+    probe = lambda hw: {"installed": True, "tpus": [{"type": "usb", "path": "1-1"}], "delegate": True}  # noqa: E731
+    registry.register("edgetpu-faked", lambda: EdgeTpuBackend(module=module, probe=probe, name="edgetpu-faked"))
     return out
 
 
@@ -198,8 +231,8 @@ def coreml_fake():
     from edge_runtime.devices.coreml_backend import CoremlBackend
 
     fake = FakeCoremltools({})
-    registry.register("coreml-faked", lambda: CoremlBackend(module=fake, name="coreml-faked",
-                                                            pretend={"system": "Darwin", "machine": "arm64"}))
+    mac = lambda hw: {"installed": True, "macos": True, "apple_silicon": True}  # noqa: E731  (an Apple Silicon Mac)
+    registry.register("coreml-faked", lambda: CoremlBackend(module=fake, probe=mac, name="coreml-faked"))
     return fake
 
 

@@ -1,4 +1,4 @@
-"""Build small artifacts for tests: fake-backend variants of every task."""
+"""Build small artifacts for tests: fake-backend (or any test backend's) variants of every task."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_runtime.artifact import ArtifactWriter
-from edge_runtime.devices.fake import write_fake_model
+from fake_backend import write_fake_model
 from edge_runtime.manifest import FORMAT, FORMAT_VERSION
 
 WORDS = ["good", "bad", "great", "awful", "stock", "market", "crashes", "rises", "the", "a", "is", "movie"]
@@ -27,12 +27,12 @@ def tiny_tokenizer_json() -> str:
     return tok.to_str()
 
 
-def _variant(writer, root, buckets, target="fake", seed=0):
+def _variant(writer, root, buckets, target="fake", seed=0, write_model=write_fake_model, suffix=".npz"):
     out = []
     for i, b in enumerate(buckets):
-        rel = f"{target}/{b['name']}.npz"
+        rel = f"{target}/{b['name']}{suffix}"
         (root / target).mkdir(parents=True, exist_ok=True)
-        write_fake_model(root / rel, b, seed=seed + i)
+        write_model(root / rel, b, seed=seed + i)
         writer.add_file(rel)
         out.append({**b, "file": rel})
     return {"target": target, "buckets": out,
@@ -47,7 +47,9 @@ def _t(name, dtype, shape):
 
 
 def make_artifact(root, task="text-classification", *, limits=None, buckets=(8, 16), labels=("negative", "positive"),
-                  seed=0) -> Path:
+                  seed=0, target="fake", write_model=write_fake_model, suffix=".npz") -> Path:
+    """A small artifact of ``task`` with one variant of ``target`` whose model files
+    ``write_model(path, bucket, seed=...)`` writes (the fake backend's by default)."""
     root = Path(root)
     w = ArtifactWriter(root)
     if task in ("text-classification", "text-embedding"):
@@ -80,7 +82,7 @@ def make_artifact(root, task="text-classification", *, limits=None, buckets=(8, 
         specs = [{"name": "static", "inputs": [_t("x", "float32", [1, 4]), _t("k", "int32", [1, 2])],
                   "outputs": [_t("y", "float32", [1, 3])]}]
         post = {}
-    variant = _variant(w, root, specs, seed=seed)
+    variant = _variant(w, root, specs, target=target, seed=seed, write_model=write_model, suffix=suffix)
     w.write_manifest({"format": FORMAT, "format_version": FORMAT_VERSION,
                       "model": {"name": f"tiny-{task}", "version": "3"}, "task": task, "files": {},
                       "preprocess": pre, "postprocess": post, "limits": dict(limits or {}), "variants": [variant]})

@@ -278,20 +278,24 @@ def test_linux_unavailable_with_reason(coreml_digits_artifact):
 
 
 def test_preferred_on_apple_silicon():
-    from edge_runtime.devices.registry import get_backend
+    from edge_runtime.selection import assess, place
 
-    fake = CoremlBackend(module=object())            # no coremltools needed to score
-    mac = {"system": "Darwin", "machine": "arm64", "cpu": {}, "packages": {}}
-    cm = fake.suitability("coreml", mac)
-    assert cm.device == "coreml:auto" and "Apple Silicon" in cm.reason
-    others = [get_backend("onnxruntime").suitability("onnx-int8", mac),
-              get_backend("openvino").suitability("openvino", mac)]
+    backend = CoremlBackend()           # the default probe reads the record: no coremltools needed to assess
+    mac = {"system": "Darwin", "machine": "arm64", "cpu": {}, "packages": {"coremltools": True}}
+
+    def scored(hw, device=None):
+        return place(backend.family, backend.suitability("coreml", hw, device), hw, "coreml")
+
+    cm = scored(mac)
+    assert cm.device == "coreml:auto" and "Apple Silicon" in cm.reason and cm.tier == "accelerator"
+    others = [assess("onnxruntime", "onnx-int8", mac), assess("openvino", "openvino", mac)]
     assert all(cm.score > o.score for o in others)
-    assert fake.suitability("coreml", {**mac, "apple_silicon": True}).score == cm.score
-    intel = fake.suitability("coreml", {**mac, "machine": "x86_64", "apple_silicon": False})
+    assert scored({**mac, "apple_silicon": True}).score == cm.score
+    intel = scored({**mac, "machine": "x86_64", "apple_silicon": False})
     assert 0 < intel.score < cm.score and "Intel Mac" in intel.reason
-    assert fake.suitability("coreml", mac, "cpu_only").device == "coreml:cpu_only"
-    assert fake.suitability("coreml", mac, "gpu_only").score == 0
+    assert scored(mac, "cpu_only").device == "coreml:cpu_only"
+    assert scored(mac, "gpu_only").score == 0
+    assert "not installed" in scored({**mac, "packages": {"coremltools": False}}).reason
 
 
 def test_compute_units_reach_the_model(coreml_faked_digits_artifact, coreml_fake):
@@ -304,11 +308,15 @@ def test_compute_units_reach_the_model(coreml_faked_digits_artifact, coreml_fake
         assert rt.info()["sessions"][0]["compute_units"] == "CPU_AND_NE"
     with er.load(coreml_faked_digits_artifact, device="coreml-faked:cpu_only", strict=True) as rt:
         assert rt.device == "coreml-faked:cpu_only" and coreml_fake.loaded[-1].compute_units is ComputeUnit.CPU_ONLY
-    with pytest.raises(er.DeviceError, match="disagree"):
+    # the caller's option values are the caller's errors (exit 2), named with what is valid
+    with pytest.raises(er.InputError, match="disagree") as ei:
         er.load(coreml_faked_digits_artifact, device="coreml-faked:cpu_only", device_options={"compute_units": "ALL"})
-    with pytest.raises(er.DeviceError, match="unknown Core ML compute units 'GPU_ONLY'"):
+    assert ei.value.code == "device_option_invalid"
+    with pytest.raises(er.InputError, match="compute_units must be one of ALL, CPU_AND_NE, CPU_ONLY, CPU_AND_GPU, "
+                                            "got 'gpu_only'") as ei:
         er.load(coreml_faked_digits_artifact, device="coreml-faked", strict=True,
                 device_options={"compute_units": "gpu_only"})
+    assert ei.value.code == "device_option_invalid"
 
 
 def test_faked_predictions_are_the_twins(coreml_faked_digits_artifact, coreml_fake):

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import edge_runtime as er
-from edge_runtime.devices.fake import FakeSession
+from fake_backend import FakeSession
 from factories import png_bytes
 
 TASKS = ("text-classification", "text-embedding", "image-classification", "tensors")

@@ -24,6 +24,12 @@ from edge_runtime.devices.onnxruntime_backend import OnnxRuntimeBackend, is_qdq
 DIGIT3 = sorted((ZOO / "digits-cnn" / "held_out" / "3").iterdir())[0]
 
 
+def faked(module: FakeOrtModule) -> OnnxRuntimeBackend:
+    """The real backend over the faked module, with a probe that answers for that module's build."""
+    return OnnxRuntimeBackend(module=module, probe=lambda hw: {"installed": True,
+                                                                "providers": module.get_available_providers()})
+
+
 @pytest.fixture
 def fake_ort(monkeypatch, tmp_path):
     """Register the real backend class with a faked onnxruntime module as ``onnxruntime``."""
@@ -31,7 +37,7 @@ def fake_ort(monkeypatch, tmp_path):
 
     def install(**kw):
         made["module"] = FakeOrtModule(**kw)
-        registry.register("onnxruntime", lambda: OnnxRuntimeBackend(module=made["module"]))
+        registry.register("onnxruntime", lambda: faked(made["module"]))
         return made["module"]
 
     monkeypatch.setenv("EDGE_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
@@ -89,7 +95,7 @@ def test_int8_only_for_qdq_models(digits_artifact, tmp_path):
     int8 = next((digits_artifact / "onnx-int8").iterdir())
     assert is_qdq(int8) and not is_qdq(fp32)
     ort = FakeOrtModule()
-    backend = OnnxRuntimeBackend(module=ort)
+    backend = faked(ort)
     bucket = load_artifact(digits_artifact, verify=False).variants[0]["buckets"][0]
     sess = backend.load(fp32, bucket, "tensorrt", {"cache": False})
     assert ort.sessions[-1].provider_options[0]["trt_int8_enable"] is False and sess.info()["int8"] is False
@@ -141,7 +147,7 @@ def test_cpu_only_onnxruntime_on_a_jetson_is_called_out(tmp_path):
 
 def test_gpu_build_without_a_gpu_does_not_claim_it(tmp_path):
     hw = detect_board(tmp_path, "x86")                    # no /dev/nvidia*, not a Jetson
-    backend = OnnxRuntimeBackend(module=FakeOrtModule())   # a build with TensorRT and CUDA
+    backend = faked(FakeOrtModule())                      # a build with TensorRT and CUDA
     assert backend.suitability("onnx-int8", hw).device == "onnxruntime:cpu"
     s = backend.suitability("onnx-int8", hw, "cuda")
     assert not s.ok and "no NVIDIA GPU" in s.reason

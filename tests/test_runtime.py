@@ -51,7 +51,8 @@ def test_deadline_on_a_stalling_backend_then_keeps_serving(make_artifact, cancel
     x = {"x": np.ones((1, 4), np.float32), "k": np.ones((1, 2), np.int32)}
     opts = {"stall_ms": 400, "cancellable": cancellable}
     with er.load(path, device="fake", device_options=opts, warmup=False) as rt:
-        assert rt._sessions[0].cancellable is cancellable
+        caps = rt._sessions[0].capabilities
+        assert (caps.inline, caps.cancellable) == (cancellable, cancellable)
         t0 = time.perf_counter()
         with pytest.raises(er.InferenceTimeout) as ei:
             rt.infer(x, deadline_ms=100)

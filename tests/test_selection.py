@@ -11,7 +11,7 @@ from edge_runtime.devices.base import Suitability
 from edge_runtime.selection import Choice, choose, same_device, session_fallback
 
 ALL = [{"target": t} for t in ("edgetpu", "tflite-int8", "onnx-int8", "openvino")]
-BUILTIN = {"onnxruntime", "openvino", "tflite", "edgetpu", "fake", "coreml"}
+BUILTIN = {"onnxruntime", "openvino", "tflite", "edgetpu", "coreml"}     # shipped; the fake is a test backend
 
 
 @pytest.fixture(autouse=True)
@@ -113,12 +113,12 @@ def test_same_device(promised, actual, same):
 
 
 def _choice(device):
-    return Choice({"target": "x"}, device.split(":")[0], Suitability(50, device, "test"))
+    return Choice({"target": "x"}, device.split(":")[0], Suitability("gpu", device, "test", score=50))
 
 
 def test_session_fallback_from_the_session_or_its_device():
-    assert session_fallback(_choice("b:gpu"), [SimpleNamespace(device="b:gpu")]) is None
-    why = session_fallback(_choice("b:gpu"), [SimpleNamespace(device="b:cpu")])
+    assert session_fallback(_choice("b:gpu"), [SimpleNamespace(device="b:gpu", fallback=None)]) is None
+    why = session_fallback(_choice("b:gpu"), [SimpleNamespace(device="b:cpu", fallback=None)])
     assert "chosen for b:gpu" in why and "runs on b:cpu" in why
     told = SimpleNamespace(device="b:cpu", fallback="the GPU provider did not start")
     assert session_fallback(_choice("b:gpu"), [told, told]) == "the GPU provider did not start"

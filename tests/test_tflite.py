@@ -354,7 +354,8 @@ def test_inline_mode_checks_the_deadline_after_invoke(coral_artifact, monkeypatc
 
     img = str(shared("coral", "cat.bmp"))
     with er.load(coral_artifact, device="tflite") as rt:   # the CPU default
-        assert rt.info()["sessions"][0]["inline"] and rt._sessions[0].cancellable
+        caps = rt._sessions[0].capabilities
+        assert rt.info()["sessions"][0]["inline"] and caps.inline and not caps.cancellable   # LiteRT cannot cancel
         assert rt.infer(img).prediction
         real_run = TfliteSession.run
 
@@ -370,15 +371,17 @@ def test_inline_mode_checks_the_deadline_after_invoke(coral_artifact, monkeypatc
         monkeypatch.setattr(TfliteSession, "run", real_run)
         assert rt.infer(img).prediction                 # keeps serving
     with er.load(coral_artifact, device="tflite", device_options={"inline": "false"}) as rt:
-        assert not rt.info()["sessions"][0]["inline"] and not rt._sessions[0].cancellable
+        caps = rt._sessions[0].capabilities
+        assert not rt.info()["sessions"][0]["inline"] and not caps.inline and not caps.cancellable
         monkeypatch.setattr(TfliteSession, "run", slow_run)
         t0 = time.perf_counter()
         with pytest.raises(er.InferenceTimeout):       # the pooled mode returns at the deadline
             rt.infer(img, deadline_ms=50)
         assert time.perf_counter() - t0 < 0.18
         monkeypatch.setattr(TfliteSession, "run", real_run)
-    with pytest.raises(er.DeviceError):
+    with pytest.raises(er.InputError) as ei:          # a bad value of a declared option: the caller's error
         er.load(coral_artifact, device="tflite", device_options={"inline": "sometimes"})
+    assert ei.value.code == "device_option_invalid" and "inline" in ei.value.message
 
 
 @pytest.mark.slow

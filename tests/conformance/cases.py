@@ -1,9 +1,16 @@
 """The backends under conformance and, for each, artifacts and inputs.
 
-A backend joins the suite by adding a case here: (id, device, artifact
-fixture name, sample inputs). Every check in test_conformance.py runs on
-every case.
+A case is (id, device, artifact, sample inputs); the artifact is ("fixture",
+conftest fixture name), ("factory", task[, make_artifact keyword arguments:
+target, write_model, suffix]) or ("builder", callable(tmp_path) -> artifact
+path). Every check in test_conformance.py runs on every case.
+
+A backend joins the suite by adding a case here or, without touching this
+project, through an entry point in the ``edge_runtime.conformance`` group of
+its own distribution: a callable returning its cases.
 """
+
+from importlib import metadata
 
 import numpy as np
 
@@ -45,3 +52,14 @@ CASES = [
     ("coreml-faked-minilm-cls", "coreml-faked", ("fixture", "coreml_faked_minilm_classifier_artifact"),
      ["Stock market crashes!", "What a wonderful, uplifting film."]),
 ]
+
+
+def plugin_cases() -> list:
+    """Cases from the ``edge_runtime.conformance`` entry points of installed distributions."""
+    out = []
+    for ep in metadata.entry_points(group="edge_runtime.conformance"):
+        out.extend(tuple(c) for c in ep.load()())
+    return out
+
+
+CASES += plugin_cases()

@@ -9,7 +9,8 @@ import pytest
 
 import edge_runtime as er
 from edge_runtime.devices import registry
-from edge_runtime.devices.base import Backend, Session
+from edge_runtime.devices.base import Backend, BatchSession, Capabilities, Option, Session
+from edge_runtime.watchdog import CancelToken
 from edge_runtime.selection import choose, same_device
 
 from .cases import CASES
@@ -20,9 +21,14 @@ SLOW = {"onnxruntime-minilm-embed", "onnxruntime-minilm-cls", "openvino-minilm-e
 
 
 @pytest.fixture(params=[pytest.param(c, id=c[0], marks=[pytest.mark.slow] if c[0] in SLOW else []) for c in CASES])
-def case(request, make_artifact):
-    cid, device, (kind, what), inputs = request.param
-    path = make_artifact(what) if kind == "factory" else request.getfixturevalue(what)
+def case(request, make_artifact, tmp_path):
+    cid, device, (kind, what, *extra), inputs = request.param
+    if kind == "factory":
+        path = make_artifact(what, **(extra[0] if extra else {}))
+    elif kind == "builder":
+        path = what(tmp_path)
+    else:
+        path = request.getfixturevalue(what)
     rt = er.load(path, device=device, strict=True)
     yield device, rt, inputs
     rt.close()
@@ -43,7 +49,7 @@ def test_protocol_and_choice(case):
     backend = registry.get_backend(device)
     assert isinstance(backend, Backend)
     assert all(isinstance(s, Session) for s in rt._sessions)
-    assert backend.suitability("no-such-target", rt.hardware).score == 0
+    assert not backend.suitability("no-such-target", rt.hardware).ok
     info = rt.info()
     assert info["backend"] == device and info["device"].startswith(device)
     assert info["fallback"] is None
@@ -167,3 +173,47 @@ def test_impossible_sub_device_falls_back_and_says_why(case, caplog):
     (chosen,) = [c for c in info["candidates"] if c["chosen"]]
     assert chosen["score"] > 0 and not chosen["forced"] and same_device(chosen["device"], res.device)
     assert [r for r in caplog.records if bad in r.getMessage()], "the fallback must be logged"
+
+
+# -- the declared contract: capabilities, batch protocol, cancel token, options ----------------
+def test_capabilities_are_declared_frozen_and_honest(case):
+    import dataclasses
+    import inspect
+
+    _, rt, inputs = case
+    for sess, caps in zip(rt._sessions, rt.capabilities):
+        assert isinstance(caps, Capabilities) and sess.capabilities is caps      # read once, never replaced
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            caps.inline = not caps.inline
+        assert "cancel" in inspect.signature(sess.run).parameters
+        if caps.batched:                       # the batch protocol is there exactly when declared
+            assert isinstance(sess, BatchSession)
+        assert caps.batched or not caps.batch_warmup
+        assert sess.fallback is None or isinstance(sess.fallback, str)
+    prepared = rt.task.prepare(inputs[0], rt.limits)
+    sess = rt._sessions[prepared.bucket]
+    plain = sess.run(prepared.feeds)
+    with_token = sess.run(prepared.feeds, cancel=CancelToken())       # an unfired token changes nothing
+    assert plain.keys() == with_token.keys()
+    for k in plain:
+        np.testing.assert_array_equal(plain[k], with_token[k])
+    if rt.capabilities[prepared.bucket].batched:
+        many = sess.run_many([prepared.feeds, prepared.feeds])
+        for out in many:
+            for k in plain:
+                np.testing.assert_array_equal(plain[k], out[k])
+    json.dumps(rt.info()["capabilities"])
+
+
+def test_options_are_declared_and_validated(case):
+    device, rt, _ = case
+    backend = registry.get_backend(device)
+    assert isinstance(backend.options, tuple) and all(isinstance(o, Option) and o.help for o in backend.options)
+    assert len({o.name for o in backend.options}) == len(backend.options)
+    with pytest.raises(er.InputError) as ei:
+        er.load(rt.artifact.root, device=device, strict=True, warmup=False,
+                device_options={"no_such_option_xyz": 1})
+    assert ei.value.code == "device_option_unknown" and ei.value.exit_code == 2
+    for o in backend.options:
+        assert o.name in ei.value.message                     # the valid ones are named
+    assert ei.value.details["valid"] == sorted(o.name for o in backend.options)
