@@ -8,6 +8,7 @@ artifact directory (absolute, ``..``, or a symlink pointing outside).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -50,8 +51,11 @@ def safe_relpath(root: Path, rel: str) -> Path:
     return candidate
 
 
-@dataclass
+@dataclass(frozen=True)
 class Artifact:
+    """A parsed, validated artifact: its manifest is read-only (``frozen.FrozenDict``) and the
+    record itself is never changed (``verified``: every file was hashed when it was built)."""
+
     root: Path
     manifest: dict
     verified: bool = False
@@ -116,11 +120,10 @@ def load_artifact(path: str | os.PathLike, *, verify: bool = True) -> Artifact:
                             file=mf.MANIFEST_NAME, code="manifest_too_large")
     data = mf.parse(mpath.read_bytes())
     art = Artifact(root=root, manifest=data)
-    if verify:
-        verify_files(art)
-        art.verified = True
-    art.verify_ms = (time.perf_counter() - t0) * 1000
-    return art
+    if not verify:
+        return art
+    verify_files(art)
+    return dataclasses.replace(art, verified=True, verify_ms=(time.perf_counter() - t0) * 1000)
 
 
 def variant_files(manifest: dict, variant: dict) -> list[str]:

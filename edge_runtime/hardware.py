@@ -33,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+from .frozen import freeze
 from .hardware_cpu import darwin_cpu, darwin_sysctl, linux_cpu
 from .hardware_packages import BACKEND_PACKAGES, onnxruntime_build, packages_present, vendor_libraries
 
@@ -212,7 +213,7 @@ def detect(root: str | os.PathLike = "/", *, system: str | None = None, machine:
     p.found.update(system=p.system, machine=p.machine)
     for key, probe in PROBES:
         p.found[key] = probe(p)
-    return dict(p.found)
+    return freeze(p.found)      # read-only: one probe, one record, never changed after
 
 
 @lru_cache(maxsize=1)

@@ -21,6 +21,7 @@ import json
 from typing import Any
 
 from .errors import ArtifactError
+from .frozen import FrozenDict, freeze
 
 FORMAT = "edge-runtime-artifact"
 FORMAT_VERSION = 1
@@ -67,7 +68,7 @@ def _reject_duplicates(pairs):
     return seen
 
 
-def parse(raw: bytes) -> dict:
+def parse(raw: bytes) -> FrozenDict:
     """Parse and validate manifest bytes; every failure is an ``ArtifactError``."""
     if len(raw) > MAX_MANIFEST_BYTES:
         raise ArtifactError(f"manifest is {len(raw)} bytes, over the {MAX_MANIFEST_BYTES} byte limit",
@@ -80,7 +81,7 @@ def parse(raw: bytes) -> dict:
         raise ArtifactError(f"manifest does not parse: {exc}", file=MANIFEST_NAME, code="manifest_unparsable") from None
     check_seal(data)
     validate(data)
-    return data
+    return freeze(data)         # read-only from here on: nothing downstream changes a validated manifest
 
 
 def seal(data: dict) -> str:

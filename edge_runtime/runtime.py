@@ -69,7 +69,7 @@ class Runtime:
         t_verify = time.perf_counter()
         self.verified_files = variant_files(man, self.choice.variant)
         verify_files(self.artifact, self.verified_files)
-        self.artifact.verify_ms = (time.perf_counter() - t_verify) * 1000
+        self.verify_ms = (time.perf_counter() - t_verify) * 1000
         rest = BackgroundVerify(self.artifact, [f for f in man["files"] if f not in set(self.verified_files)])
         self.variant = self.choice.variant
         self.limits: Limits = DEFAULT_LIMITS.merged(man.get("limits"), source="manifest").merged(limits)
@@ -105,8 +105,9 @@ class Runtime:
         self._drive = [(c.inline, c.cancellable) for c in self.capabilities]
         self._batched = all(c.batched for c in self.capabilities)
         self.device = self._sessions[0].device
-        if dropped:
-            self.choice.fallback = "; ".join(x for x in (self.choice.fallback, dropped) if x)
+        if dropped:     # the choice is a record: what the sessions said makes a new one
+            self.choice = dataclasses.replace(self.choice, fallback="; ".join(
+                x for x in (self.choice.fallback, dropped) if x))
         if self.choice.fallback:
             msg = f"{self.artifact.root}: {self.choice.fallback}; using {self.device}"
             if msg not in _logged_fallbacks:
@@ -128,7 +129,8 @@ class Runtime:
         except BaseException:
             self.close()
             raise
-        self.artifact.verified = True
+        # every file of the artifact is now hashed: the chosen variant's before it loaded, the rest meanwhile
+        self.artifact = dataclasses.replace(self.artifact, verified=True, verify_ms=self.verify_ms)
         self.load_ms = (time.perf_counter() - t0) * 1000
 
     # -- lifecycle ---------------------------------------------------------
@@ -393,7 +395,7 @@ class Runtime:
             "quantization": self.variant["quantization"],
             "parity": self.variant["parity"],
             "limits": self.limits.to_dict(),
-            "verify_ms": round(self.artifact.verify_ms, 3),
+            "verify_ms": round(self.verify_ms, 3),
             "verified_files": len(self.verified_files),
             "other_files_verify_ms": round(self.other_files_verify_ms, 3),
             "load_ms": round(self.load_ms, 3),

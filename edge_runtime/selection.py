@@ -120,7 +120,7 @@ def policy_table() -> list[dict]:
 Measured = Callable[[list, dict], "tuple[dict, str] | None"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Choice:
     variant: dict
     backend_name: str
