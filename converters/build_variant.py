@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_runtime.artifact import ArtifactWriter
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import InputError
 from edge_runtime.limits import DEFAULT_LIMITS
 
@@ -119,9 +120,9 @@ def _build_bucket(job: Job, converter: Converter, target: str, fb: Fp32Bucket, c
     try:
         build = converter.build_bucket(fb.path, dst, [p.feeds for p in prepared], ctx)
     except ConversionFailed as exc:  # the toolchain cannot build this source
-        raise InputError(f"{target}: {exc}", code="convert_target_failed") from None
+        raise InputError(f"{target}: {exc}", code=ec.CONVERT_TARGET_FAILED) from None
     except ValueError as exc:  # a bad recipe/override or unusable calibration data
-        raise InputError(f"{target}: {exc}", code="convert_recipe_invalid") from None
+        raise InputError(f"{target}: {exc}", code=ec.CONVERT_RECIPE_INVALID) from None
     if not isinstance(build, BucketBuild):
         raise ConverterInvalid(f"{target}: {type(converter).__name__}.build_bucket returned "
                                f"{type(build).__name__}, not a BucketBuild")
@@ -141,7 +142,7 @@ def _bucket_record(job: Job, converter: Converter, target: str, name: str, build
         tree = job.writer.add_tree(rel)
         entry = f"{rel}/{build.entry or ''}"
         if entry not in tree:
-            raise InputError(f"{target}: package {rel} has no entry file {entry}", code="convert_target_failed")
+            raise InputError(f"{target}: package {rel} has no entry file {entry}", code=ec.CONVERT_TARGET_FAILED)
         bucket.update(file=entry, package=rel, extra_files=[f for f in tree if f != entry])
     else:
         job.writer.add_file(rel)

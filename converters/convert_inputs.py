@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 from edge_runtime.artifact import sha256_file
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import EdgeRuntimeError, InputError
 from edge_runtime.limits import DEFAULT_LIMITS
 
@@ -28,7 +29,7 @@ def upgrade_source(req: ConvertRequest, opset: int, work: Path, progress) -> Pat
     except ValueError as exc:
         raise InputError(f"{req.source} is opset {opset}; int8 QDQ needs opset {QDQ_MIN_OPSET} or later and "
                          f"onnx.version_converter cannot upgrade it ({exc}); re-export the model at opset "
-                         f"{QDQ_MIN_OPSET}+", code="convert_source_opset") from None
+                         f"{QDQ_MIN_OPSET}+", code=ec.CONVERT_SOURCE_OPSET) from None
     return source
 
 
@@ -44,14 +45,14 @@ def fix_static_shapes(req: ConvertRequest, source: Path, src_inputs: list[dict],
             fix_input_dims(src, dst, dims)
         except Exception as exc:  # ValueError (bad dims), onnx's ValidationError / InferenceError
             raise InputError(f"{req.source}: cannot fix static input shapes {dims}: {type(exc).__name__}: "
-                             f"{str(exc)[:300]}", code="convert_shape_invalid") from None
+                             f"{str(exc)[:300]}", code=ec.CONVERT_SHAPE_INVALID) from None
 
     fp32 = []
     for seq in (req.buckets if task_of(req).sequence_buckets else [None]):
         try:
             dims = static_dims(src_inputs, seq_len=seq, overrides=req.input_shapes)
         except ValueError as exc:
-            raise InputError(str(exc), code="convert_shape_dynamic") from None
+            raise InputError(str(exc), code=ec.CONVERT_SHAPE_DYNAMIC) from None
         name = f"seq{seq}" if seq else "static"
         path = work / f"fp32_{name}.onnx"
         fix(source, path, dims)
@@ -77,7 +78,7 @@ def split_samples(job: Job, task_ref, progress) -> Samples:
     else:
         n_held = max(1, int(round(len(samples) * req.heldout_fraction)))
         if len(samples) - n_held < 1:
-            raise InputError("calibration data too small to hold samples out", code="convert_calibration_small")
+            raise InputError("calibration data too small to hold samples out", code=ec.CONVERT_CALIBRATION_SMALL)
         held = [samples[i] for i in order[:n_held]]
         calib = [samples[i] for i in order[n_held:]][: req.max_calibration]
         data = f"held-out split of {Path(req.calibration).name} ({len(held)} of {len(samples)})"
@@ -93,9 +94,9 @@ def _load_samples(task_cls, path, what: str) -> list:
         raise
     except Exception as exc:  # an unreadable/ill-formed file: numpy, zipfile, json, PIL or OS errors
         raise InputError(f"{what} {path}: cannot read samples ({type(exc).__name__}: {str(exc)[:200]})",
-                         code="convert_calibration_invalid") from None
+                         code=ec.CONVERT_CALIBRATION_INVALID) from None
     if not samples:
-        raise InputError(f"{what} {path} holds no samples", code="convert_calibration_invalid")
+        raise InputError(f"{what} {path} holds no samples", code=ec.CONVERT_CALIBRATION_INVALID)
     return samples
 
 
@@ -116,7 +117,7 @@ def _usable(task, samples, what: str, first_only: bool = False) -> tuple[int, di
                 break
     if not n:
         raise InputError(f"none of the {len(samples)} {what} samples fits the model: {why}",
-                         code="convert_calibration_invalid")
+                         code=ec.CONVERT_CALIBRATION_INVALID)
     return n, first
 
 
@@ -132,7 +133,7 @@ def record_source(job: Job, source_info: dict, source: Path, src_inputs, src_out
     if not check["passed"]:
         raise InputError(f"{req.source}: the opset {opset} -> {QDQ_MIN_OPSET} upgrade changed the model's "
                          f"outputs (max abs diff {check['max_abs_diff']:.3g}); re-export the model at opset "
-                         f"{QDQ_MIN_OPSET}+", code="convert_source_opset")
+                         f"{QDQ_MIN_OPSET}+", code=ec.CONVERT_SOURCE_OPSET)
     record.update(opset_upgraded_from=opset, opset_upgraded_to=QDQ_MIN_OPSET,
                   opset_upgrade={"tool": "onnx.version_converter", "check": check})
     return record

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from edge_runtime import error_codes as ec
+
 _ONNX_DTYPES = {1: "float32", 10: "float16", 3: "int8", 2: "uint8", 5: "int16", 6: "int32", 7: "int64", 9: "bool"}
 
 
@@ -77,17 +79,17 @@ def read_source(path) -> dict:
         head = f.read(8)
     if head[4:8] == b"TFL3":   # the TFLite flatbuffer's file identifier
         raise InputError(f"{p} is a TFLite model, not ONNX: convert takes a float ONNX model; wrap an existing "
-                         f"quantized .tflite with `edge-infer import {p.name} -o DIR`", code="convert_source_tflite")
+                         f"quantized .tflite with `edge-infer import {p.name} -o DIR`", code=ec.CONVERT_SOURCE_TFLITE)
     import onnx
 
     try:
         model = onnx.load(str(p), load_external_data=False)
     except Exception as exc:  # protobuf DecodeError, or a file onnx cannot read
         raise InputError(f"{p} is not a readable ONNX model ({type(exc).__name__}: {str(exc)[:200]}); "
-                         "convert takes a float ONNX model", code="convert_source_unreadable") from None
+                         "convert takes a float ONNX model", code=ec.CONVERT_SOURCE_UNREADABLE) from None
     if not model.ir_version or not model.graph.output or not model.opset_import:
         raise InputError(f"{p} is not an ONNX model (no IR version, graph outputs or opset); convert takes a "
-                         "float ONNX model", code="convert_source_unreadable")
+                         "float ONNX model", code=ec.CONVERT_SOURCE_UNREADABLE)
     quantized = sorted({n.op_type for n in _all_nodes(model.graph) if n.op_type in QUANTIZED_OPS})
     if quantized:
         counts = {}
@@ -97,11 +99,11 @@ def read_source(path) -> dict:
         found = ", ".join(f"{op} x{counts[op]}" for op in quantized)
         raise InputError(f"{p} is already quantized ({found}); converting it again is refused. Convert the "
                          "float source model it was quantized from instead (edge-infer import takes "
-                         "quantized .tflite models only)", code="convert_source_quantized", ops=quantized)
+                         "quantized .tflite models only)", code=ec.CONVERT_SOURCE_QUANTIZED, ops=quantized)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None:
         raise InputError(f"{p} imports no default-domain (ai.onnx) opset; convert takes a float ONNX model",
-                         code="convert_source_unreadable")
+                         code=ec.CONVERT_SOURCE_UNREADABLE)
     return {"opset": int(opset)}
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_runtime.devices import registry
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import DeviceError, EdgeRuntimeError, InputError
 from edge_runtime.hardware import detect_cached
 from edge_runtime.selection import choose
@@ -62,7 +63,7 @@ def measure_target(ref: Reference, target: str, converter: Converter, root: Path
             raise InputError(f"{target}: the built model fails when run for parity on "
                              f"{cand_sessions[0].device}: {type(exc).__name__}: {str(exc)[:300]}"
                              + (f" (static Edge TPU report of the built model: {report})" if report else ""),
-                             code="convert_target_failed") from None
+                             code=ec.CONVERT_TARGET_FAILED) from None
         finally:
             for s in cand_sessions:
                 s.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from edge_runtime.plugins import entry_point_refs, resolve_ref
 
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import EdgeRuntimeError, InputError
 
 from .base import Converter
@@ -25,13 +26,13 @@ class ConversionFailed(ValueError):
 class UnknownTarget(InputError):
     """No converter is registered for the target asked for."""
 
-    code = "convert_target_unknown"
+    code = ec.CONVERT_TARGET_UNKNOWN
 
 
 class ConverterInvalid(EdgeRuntimeError):
     """A registered converter cannot be loaded, or is not a Converter (a broken plugin: not the caller's)."""
 
-    code = "converter_invalid"
+    code = ec.CONVERTER_INVALID
 
 
 _BUILTIN = {"onnx-int8": "edge_runtime.converters.onnx_int8:OnnxInt8Converter",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_runtime import __version__
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import InputError
 
 from .base import Converter
@@ -107,7 +108,7 @@ def fingerprint(samples) -> str:
     return h.hexdigest()
 
 
-def _bad(msg: str, code: str = "convert_request_invalid"):
+def _bad(msg: str, code: str = ec.CONVERT_REQUEST_INVALID):
     raise InputError(msg, code=code)
 
 
@@ -118,40 +119,40 @@ def task_of(req: ConvertRequest):
     try:
         return get_task(req.task)
     except UnknownTask as exc:
-        _bad(exc.message, "convert_task_unknown")
+        _bad(exc.message, ec.CONVERT_TASK_UNKNOWN)
 
 
 def check_request(req: ConvertRequest) -> None:
     task = task_of(req)
     if not Path(req.source).is_file():
-        raise InputError(f"source model {req.source} does not exist", code="convert_source_missing")
+        raise InputError(f"source model {req.source} does not exist", code=ec.CONVERT_SOURCE_MISSING)
     if not Path(req.calibration).exists():
-        raise InputError(f"calibration data {req.calibration} does not exist", code="convert_calibration_missing")
+        raise InputError(f"calibration data {req.calibration} does not exist", code=ec.CONVERT_CALIBRATION_MISSING)
     task.check_sample_path(req.calibration, "--calibration")
     if req.parity_data is not None:
         if not Path(req.parity_data).exists():
-            raise InputError(f"parity data {req.parity_data} does not exist", code="convert_calibration_missing")
+            raise InputError(f"parity data {req.parity_data} does not exist", code=ec.CONVERT_CALIBRATION_MISSING)
         task.check_sample_path(req.parity_data, "--parity-data")
     if task.needs_tokenizer and not req.tokenizer:
-        raise InputError(f"task {req.task} needs --tokenizer", code="convert_tokenizer_missing")
+        raise InputError(f"task {req.task} needs --tokenizer", code=ec.CONVERT_TOKENIZER_MISSING)
     if task.needs_preprocess and not req.preprocess:
         raise InputError(f"{req.task} needs --preprocess ({', '.join(task.preprocess_keys)})",
-                         code="convert_preprocess_missing")
+                         code=ec.CONVERT_PREPROCESS_MISSING)
     if req.labels and not task.takes_labels:
-        raise InputError(f"--labels: task {req.task} takes no labels (drop --labels)", code="convert_labels_unused")
+        raise InputError(f"--labels: task {req.task} takes no labels (drop --labels)", code=ec.CONVERT_LABELS_UNUSED)
     out = Path(req.out)
     if out.exists() and not out.is_dir():
-        raise InputError(f"output {out} exists and is not a directory", code="convert_out_exists")
+        raise InputError(f"output {out} exists and is not a directory", code=ec.CONVERT_OUT_EXISTS)
     if out.exists() and any(out.iterdir()) and not req.force:
-        raise InputError(f"output directory {out} exists and is not empty (use --force)", code="convert_out_exists")
+        raise InputError(f"output directory {out} exists and is not empty (use --force)", code=ec.CONVERT_OUT_EXISTS)
     if not req.targets:
-        raise InputError("no --target given", code="convert_no_target")
+        raise InputError("no --target given", code=ec.CONVERT_NO_TARGET)
     known = converter_targets()
     for t in req.targets:
         if t not in known:
             raise unknown_target(t, known)
     if req.torch_source is not None and not Path(req.torch_source).is_file():
-        raise InputError(f"torch source {req.torch_source} does not exist", code="convert_source_missing")
+        raise InputError(f"torch source {req.torch_source} does not exist", code=ec.CONVERT_SOURCE_MISSING)
     check_options(req)
     task.check_preprocess(req.preprocess)
 
@@ -161,18 +162,18 @@ def check_options(req: ConvertRequest) -> None:
         mp = req.min_parity
         if isinstance(mp, bool) or not isinstance(mp, (int, float)) or not (0.0 < float(mp) <= 1.0):
             _bad(f"--min-parity must be in (0, 1] (top-1 agreement or mean cosine), got {mp!r}",
-                 "convert_min_parity_invalid")
+                 ec.CONVERT_MIN_PARITY_INVALID)
     if req.buckets is not None:
         if not task_of(req).sequence_buckets:
             _bad(f"--buckets are sequence lengths, for text tasks (tasks with sequence buckets); task {req.task} "
                  f"has one static shape (fix an input's dims with --input-shape NAME=D1,D2,... instead)",
-                 "convert_buckets_invalid")
+                 ec.CONVERT_BUCKETS_INVALID)
         if not req.buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in req.buckets):
-            _bad(f"--buckets must be positive integers, got {req.buckets!r}", "convert_buckets_invalid")
+            _bad(f"--buckets must be positive integers, got {req.buckets!r}", ec.CONVERT_BUCKETS_INVALID)
     for what, n in (("min_calibration_samples", req.min_calibration_samples),
                     ("min_parity_samples", req.min_parity_samples)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            _bad(f"{what.replace('_', '-')} must be a positive integer, got {n!r}", "convert_request_invalid")
+            _bad(f"{what.replace('_', '-')} must be a positive integer, got {n!r}", ec.CONVERT_REQUEST_INVALID)
 
 
 def check_data_path(task: str, path, what: str) -> None:
@@ -214,7 +215,7 @@ def sample_policy(req: ConvertRequest, n_calib: int, n_held: int, progress) -> d
     if refused:
         raise InputError("too few samples: " + "; ".join(refused) + ". Give more (--calibration; --parity-data "
                          "for a separate held-out set), lower --min-calibration-samples / --min-parity-samples, "
-                         "or pass --allow-few-samples", code="convert_too_few_samples")
+                         "or pass --allow-few-samples", code=ec.CONVERT_TOO_FEW_SAMPLES)
     return record
 
 
@@ -235,14 +236,14 @@ def available_targets(requested: list[str], progress, allow_skip: bool = False) 
             cause = why.split(";")[0]   # the reason's first clause: what is missing (the rest says what skipping does)
             raise InputError(f"target {target} cannot be built here: {cause}. Install what it needs, or pass "
                              f"--allow-skip to " + (f"build {fallback} instead" if fallback else "leave it out")
-                             + " (recorded in the manifest's skipped_targets)", code="convert_target_unavailable")
+                             + " (recorded in the manifest's skipped_targets)", code=ec.CONVERT_TARGET_UNAVAILABLE)
         progress(f"warning: {target}: skipped: {why}" + (f" (building {fallback} instead)" if fallback else ""))
         skipped.append({"target": target, "reason": why})
         if fallback and fallback not in targets and fallback not in requested:
             targets.append(fallback)
     if not targets:
         raise InputError("no requested target can be built here: " + "; ".join(
-            f"{s['target']}: {s['reason']}" for s in skipped), code="convert_no_target")
+            f"{s['target']}: {s['reason']}" for s in skipped), code=ec.CONVERT_NO_TARGET)
     return targets, skipped
 
 
@@ -253,7 +254,7 @@ def check_recipe(req: ConvertRequest) -> None:
     if not any(req.recipe in names for names in known.values()):
         raise InputError(f"no target knows recipe {req.recipe!r} ("
                          + "; ".join(f"{t}: {', '.join(n) or '?'}" for t, n in known.items()) + ")",
-                         code="convert_recipe_invalid")
+                         code=ec.CONVERT_RECIPE_INVALID)
 
 
 def recipe_for(recipe: str | None, target: str, converter: Converter) -> str | None:
@@ -265,7 +266,7 @@ def recipe_for(recipe: str | None, target: str, converter: Converter) -> str | N
         for part in recipe.split(","):
             key, _, value = part.partition("=")
             if not key.strip() or not value.strip():
-                raise InputError(f"--recipe {recipe!r}: expected target=recipe pairs", code="convert_recipe_invalid")
+                raise InputError(f"--recipe {recipe!r}: expected target=recipe pairs", code=ec.CONVERT_RECIPE_INVALID)
             table[key.strip()] = value.strip()
         return table.get(target)
     known = tuple(converter.recipes)

@@ -56,6 +56,7 @@ import numpy as np
 
 from edge_runtime import __version__
 from edge_runtime.artifact import ArtifactWriter, sha256_file
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
 from edge_runtime.manifest import FORMAT, FORMAT_VERSION
 from edge_runtime.models import get_task, tasks_where
@@ -84,7 +85,7 @@ def read_model(path: Path) -> dict:
 
     mod, why = interpreter_module()
     if mod is None:
-        raise InputError(why, code="import_no_interpreter")
+        raise InputError(why, code=ec.IMPORT_NO_INTERPRETER)
     try:
         interp = mod.Interpreter(model_path=str(path))
         inputs = [_spec(d) for d in interp.get_input_details()]
@@ -92,7 +93,7 @@ def read_model(path: Path) -> dict:
         ops = [d["op_name"] for d in interp._get_ops_details()]
     except ValueError as exc:
         raise ArtifactError(f"not a TFLite model the interpreter accepts: {str(exc).strip()[:300]}",
-                            file=Path(path).name, code="import_model_invalid") from None
+                            file=Path(path).name, code=ec.IMPORT_MODEL_INVALID) from None
     if any(not o["shape"] for o in outputs):
         # shapes a custom op decides (TFLite_Detection_PostProcess) read [] until tensors are allocated
         try:
@@ -132,7 +133,7 @@ def importable_task(task: str):
         cls = None
     if cls is None or not cls.importable:
         raise InputError(f"import supports {', '.join(tasks_where(lambda t: t.importable))}, not {task!r}",
-                         code="import_task_unsupported")
+                         code=ec.IMPORT_TASK_UNSUPPORTED)
     return cls
 
 
@@ -146,39 +147,39 @@ def import_tflite(model: Path, out: Path, *, task: str = "image-classification",
     """
     model, out = Path(model), Path(out)
     if not model.is_file():
-        raise InputError(f"model {model} does not exist", code="import_model_missing")
+        raise InputError(f"model {model} does not exist", code=ec.IMPORT_MODEL_MISSING)
     if model.stat().st_size > _MAX_MODEL_BYTES:
-        raise InputError(f"model is over {_MAX_MODEL_BYTES >> 20} MiB", code="import_model_too_large")
+        raise InputError(f"model is over {_MAX_MODEL_BYTES >> 20} MiB", code=ec.IMPORT_MODEL_TOO_LARGE)
     task_cls = importable_task(task)
     given = {k: v for k, v in (("scale", scale), ("mean", mean), ("std", std)) if v is not None}
     if labels and not task_cls.takes_labels:
         takes = ", ".join(tasks_where(lambda t: t.importable and t.takes_labels)) or "none"
         raise InputError(f"--labels: task {task} takes no labels (a {task} artifact returns the model's outputs); "
                          f"drop --labels, or import with a task that takes them ({takes})",
-                         code="import_labels_unused")
+                         code=ec.IMPORT_LABELS_UNUSED)
     unused = [k for k in given if k not in task_cls.import_options]
     if unused:
         flags = "/".join(f"--{k}" for k in unused)
         raise InputError(f"{flags}: task {task} takes no such pre-processing (it reads "
                          f"{', '.join('--' + o for o in task_cls.import_options) or 'none'}; a {task} artifact "
-                         f"takes its inputs as given)", code="import_preprocess_unused")
+                         f"takes its inputs as given)", code=ec.IMPORT_PREPROCESS_UNUSED)
     if label_offset and not labels:
-        raise InputError("--label-offset shifts a labels file: give --labels too", code="import_labels_unused")
+        raise InputError("--label-offset shifts a labels file: give --labels too", code=ec.IMPORT_LABELS_UNUSED)
     if label_offset < 0:
-        raise InputError(f"--label-offset must be 0 or more, got {label_offset}", code="import_labels_mismatch")
+        raise InputError(f"--label-offset must be 0 or more, got {label_offset}", code=ec.IMPORT_LABELS_MISMATCH)
     if out.exists() and not out.is_dir():
         raise InputError(f"output {out} exists and is not a directory (-o names the artifact directory to write)",
-                         code="import_out_not_a_directory")
+                         code=ec.IMPORT_OUT_NOT_A_DIRECTORY)
     if out.exists() and any(out.iterdir()) and not force:
-        raise InputError(f"output directory {out} exists and is not empty (use --force)", code="convert_out_exists")
+        raise InputError(f"output directory {out} exists and is not empty (use --force)", code=ec.CONVERT_OUT_EXISTS)
     info = read_model(model)
     if any(s.get("dynamic") for s in info["inputs"] + info["outputs"]):
-        raise InputError("the model has dynamic dimensions; artifacts are static-shape", code="import_shape_dynamic")
+        raise InputError("the model has dynamic dimensions; artifacts are static-shape", code=ec.IMPORT_SHAPE_DYNAMIC)
     try:
         facts = task_cls.check_io(info["inputs"], info["outputs"])
     except TaskMismatch as exc:      # the model's inputs are unsupported; its outputs are another task's
-        raise InputError(str(exc), code="import_model_unsupported" if exc.part == "inputs"
-                         else "import_task_mismatch") from None
+        raise InputError(str(exc), code=ec.IMPORT_MODEL_UNSUPPORTED if exc.part == "inputs"
+                         else ec.IMPORT_TASK_MISMATCH) from None
     warnings: list[str] = []
     options = {k: v for k, v in {"resize": resize, **given}.items() if k in task_cls.import_options}
     pre, post = task_cls.import_sections(info, options, warnings)
@@ -190,13 +191,13 @@ def import_tflite(model: Path, out: Path, *, task: str = "image-classification",
         try:
             text = Path(labels).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"cannot read labels file {labels}: {exc}", code="import_labels_unreadable") from None
+            raise InputError(f"cannot read labels file {labels}: {exc}", code=ec.IMPORT_LABELS_UNREADABLE) from None
         names = [ln.strip() for ln in text.splitlines() if ln.strip()]
         names = [f"background_{i}" if label_offset > 1 else "background" for i in range(label_offset)] + names
         if classes is not None and len(names) != classes:
             raise InputError(f"{len(names)} labels (offset {label_offset} included) for {classes} classes "
                              f"(output {spec['name']!r} {spec['shape']}); adjust --label-offset",
-                             code="import_labels_mismatch")
+                             code=ec.IMPORT_LABELS_MISMATCH)
         dup = duplicate_labels(names)
         if dup:
             warnings.append(f"{Path(labels).name}: {describe_duplicates(dup)}")
@@ -208,7 +209,7 @@ def import_tflite(model: Path, out: Path, *, task: str = "image-classification",
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     except (FileExistsError, NotADirectoryError) as exc:
         raise InputError(f"cannot create the output directory {out}: {exc.strerror or exc} "
-                         f"(a path component is a file)", code="import_out_not_a_directory") from None
+                         f"(a path component is a file)", code=ec.IMPORT_OUT_NOT_A_DIRECTORY) from None
     try:
         writer = ArtifactWriter(tmp)
         rel = f"{target}/model.tflite"

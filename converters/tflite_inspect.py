@@ -22,6 +22,7 @@ import struct
 from collections import Counter
 from pathlib import Path
 
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, EdgeRuntimeError
 
 MAX_FILE_BYTES = 512 * 1024 * 1024
@@ -51,7 +52,7 @@ def _schema():
         from tflite.Model import Model
     except ImportError:  # pragma: no cover - depends on the environment
         raise EdgeRuntimeError("the `tflite` flatbuffer package is not installed (pip install tflite)",
-                               code="dependency_missing") from None
+                               code=ec.DEPENDENCY_MISSING) from None
     names = {v: k for k, v in vars(BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)}
     return Model, names
 
@@ -61,25 +62,25 @@ def _read(path_or_bytes) -> tuple[bytes, str | None]:
         buf = bytes(path_or_bytes)
         if len(buf) > MAX_FILE_BYTES:
             raise ArtifactError(f"model is {len(buf)} bytes, over the {MAX_FILE_BYTES} byte cap",
-                                code="artifact_too_large")
+                                code=ec.ARTIFACT_TOO_LARGE)
         return buf, None
     p = Path(path_or_bytes)
     name = str(p)
     try:
         size = p.stat().st_size
         if not p.is_file():
-            raise ArtifactError("not a regular file", file=name, code="artifact_missing")
+            raise ArtifactError("not a regular file", file=name, code=ec.ARTIFACT_MISSING)
         if size > MAX_FILE_BYTES:
             raise ArtifactError(f"model is {size} bytes, over the {MAX_FILE_BYTES} byte cap", file=name,
-                                code="artifact_too_large")
+                                code=ec.ARTIFACT_TOO_LARGE)
         with p.open("rb") as fh:
             buf = fh.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
-        raise ArtifactError("no such file", file=name, code="artifact_missing") from None
+        raise ArtifactError("no such file", file=name, code=ec.ARTIFACT_MISSING) from None
     except OSError as exc:
-        raise ArtifactError(f"cannot read: {exc.strerror or exc}", file=name, code="artifact_unreadable") from None
+        raise ArtifactError(f"cannot read: {exc.strerror or exc}", file=name, code=ec.ARTIFACT_UNREADABLE) from None
     if len(buf) > MAX_FILE_BYTES:
-        raise ArtifactError("model grew over the size cap while reading", file=name, code="artifact_too_large")
+        raise ArtifactError("model grew over the size cap while reading", file=name, code=ec.ARTIFACT_TOO_LARGE)
     return buf, name
 
 
@@ -117,16 +118,16 @@ def inspect_tflite(path_or_bytes) -> dict:
     Model, op_names = _schema()
     if len(buf) < 8:
         raise ArtifactError(f"{len(buf)} bytes is too short for a TFLite flatbuffer", file=name,
-                            code="artifact_not_tflite")
+                            code=ec.ARTIFACT_NOT_TFLITE)
     if buf[4:8] != b"TFL3":
-        raise ArtifactError("not a TFLite model (no TFL3 file identifier)", file=name, code="artifact_not_tflite")
+        raise ArtifactError("not a TFLite model (no TFL3 file identifier)", file=name, code=ec.ARTIFACT_NOT_TFLITE)
     try:
         return _inspect(Model, op_names, buf, name)
     except ArtifactError:
         raise
     except _PARSE_ERRORS as exc:
         raise ArtifactError(f"malformed or truncated TFLite flatbuffer ({type(exc).__name__}: {exc})", file=name,
-                            code="artifact_corrupt") from None
+                            code=ec.ARTIFACT_CORRUPT) from None
 
 
 def _buffer_bytes(model, idx: int, size: int) -> int:
@@ -224,7 +225,7 @@ def _inspect(Model, op_names, buf: bytes, name: str | None) -> dict:
     n_codes = _bounded(model.OperatorCodesLength(), MAX_OPERATORS, 4, lim, "operator codes")
     codes = [_op_name(model.OperatorCodes(i), op_names) for i in range(n_codes)]
     if n_sub == 0:
-        raise ArtifactError("model has no subgraphs", file=name, code="artifact_corrupt")
+        raise ArtifactError("model has no subgraphs", file=name, code=ec.ARTIFACT_CORRUPT)
 
     buf_cache: dict[int, int] = {}
     subgraphs = []

@@ -40,6 +40,8 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
+from edge_runtime import error_codes as ec
+
 # keys a converter records beside the runtime options that are notes, not options
 PROVENANCE_KEYS = ("why",)
 
@@ -125,7 +127,7 @@ class Option:
         err = err or InputError
 
         def bad(wants: str):
-            return err(f"{what} must be {wants}, got {value!r}", code="device_option_invalid", option=self.name)
+            return err(f"{what} must be {wants}, got {value!r}", code=ec.DEVICE_OPTION_INVALID, option=self.name)
 
         if self.kind is bool:
             if isinstance(value, bool):
@@ -209,7 +211,7 @@ def resolve_options(declared: Iterable[Option], options: Mapping | None, backend
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InputError(f"unknown device option{'s' if len(unknown) > 1 else ''} "
                          f"{', '.join(map(repr, unknown))} for {backend} (valid: {valid}){hint}",
-                         code="device_option_unknown", option=unknown[0], backend=backend, valid=sorted(declared))
+                         code=ec.DEVICE_OPTION_UNKNOWN, option=unknown[0], backend=backend, valid=sorted(declared))
     values, given = {}, {}
     for name, opt in declared.items():
         value = raw.get(name)
@@ -501,7 +503,7 @@ class DeviceBackend:
             from edge_runtime.errors import DeviceError
 
             raise DeviceError(f"{self.package_label or self.name} is not importable ({exc}): {self.install}",
-                              code="device_unavailable") from None
+                              code=ec.DEVICE_UNAVAILABLE) from None
 
     def import_vendor(self):
         import importlib

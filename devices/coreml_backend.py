@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
 
 from .base import Capabilities, DeviceBackend, DeviceSession, Option, Suitability
@@ -39,12 +40,12 @@ def compute_units(device: str | None, options) -> str:
     opt = options.get("compute_units")
     device = None if device in (None, "", "auto") else device
     if device and opt and str(opt).upper() != device.upper():
-        raise InputError(f"device coreml:{device} and compute_units={opt} disagree", code="device_option_invalid",
+        raise InputError(f"device coreml:{device} and compute_units={opt} disagree", code=ec.DEVICE_OPTION_INVALID,
                          option="compute_units")
     cu = str(opt or device or "ALL").upper()
     if cu not in COMPUTE_UNITS:
         raise InputError(f"unknown Core ML compute units {cu!r} (one of {', '.join(COMPUTE_UNITS)})",
-                         code="device_option_invalid", option="compute_units")
+                         code=ec.DEVICE_OPTION_INVALID, option="compute_units")
     return cu
 
 
@@ -56,7 +57,7 @@ def check_package(model_path: Path, bucket: dict) -> Path:
     rel = bucket.get("package")
     if not rel or not bucket["file"].startswith(rel + "/"):
         raise ArtifactError("coreml bucket names no package directory", file=bucket["file"],
-                            code="manifest_field_invalid")
+                            code=ec.MANIFEST_FIELD_INVALID)
     root = Path(model_path)
     for _ in PurePosixPath(bucket["file"]).parts:
         root = root.parent
@@ -65,7 +66,7 @@ def check_package(model_path: Path, bucket: dict) -> Path:
     if found != listed:
         extra, missing = sorted(found - listed), sorted(listed - found)
         raise ArtifactError(f"package {rel} does not hold exactly the manifest's files (unlisted: {extra[:3]}, "
-                            f"missing: {missing[:3]})", file=rel, code="artifact_file_unlisted")
+                            f"missing: {missing[:3]})", file=rel, code=ec.ARTIFACT_FILE_UNLISTED)
     return root / rel
 
 

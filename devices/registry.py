@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from edge_runtime.plugins import entry_point_refs, resolve_ref
 
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import DeviceError
 
 GROUP = "edge_runtime.devices"
@@ -78,11 +79,11 @@ def get_backend(name: str):
             return _instances[name]
         if name not in _factories:
             raise DeviceError(f"unknown device backend {name!r} (known: {', '.join(sorted(_factories))})",
-                              code="device_unknown")
+                              code=ec.DEVICE_UNKNOWN)
         try:
             backend = _resolve(_factories[name])()
         except Exception as exc:
-            raise DeviceError(f"device backend {name!r} failed to initialise: {exc}", code="device_backend_broken") from exc
+            raise DeviceError(f"device backend {name!r} failed to initialise: {exc}", code=ec.DEVICE_BACKEND_BROKEN) from exc
         _instances[name] = backend
         return backend
 

@@ -24,6 +24,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import DeviceError
 
 from .base import Capabilities, DeviceBackend, DeviceSession, Option, Pool, Suitability, check_io, threads_option
@@ -237,7 +238,7 @@ class TfliteBackend(_LiteRt):
         if is_edgetpu_model(model_path):
             raise DeviceError(f"{model_path.name} is compiled for the Edge TPU (it contains "
                               "edgetpu-custom-op): it runs only on an Edge TPU through libedgetpu; use the "
-                              "artifact's tflite-int8 variant on a CPU", code="device_model_needs_edgetpu")
+                              "artifact's tflite-int8 variant on a CPU", code=ec.DEVICE_MODEL_NEEDS_EDGETPU)
         return TfliteSession(model_path, bucket, options, self.vendor())
 
 
@@ -309,7 +310,7 @@ class EdgeTpuBackend(_LiteRt):
                 return mod.load_delegate(lib, delegate_opts)
             except (ValueError, OSError, RuntimeError) as exc:
                 raise DeviceError(f"cannot load the Edge TPU delegate {lib} ({exc}): is libedgetpu installed "
-                                  "and the device plugged in?", code="device_delegate_missing") from None
+                                  "and the device plugged in?", code=ec.DEVICE_DELEGATE_MISSING) from None
 
         return TfliteSession(model_path, bucket, options, mod, device=f"{self.name}:{sub or 'auto'}",
                              delegate_factory=factory)

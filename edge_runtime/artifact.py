@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from . import manifest as mf
+from . import error_codes as ec
 from .errors import ArtifactError
 
 _CHUNK = 1 << 20
@@ -32,22 +33,22 @@ def sha256_file(path: str | os.PathLike) -> str:
 def safe_relpath(root: Path, rel: str) -> Path:
     """Resolve ``rel`` inside ``root``; refuse anything that escapes it."""
     if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel:
-        raise ArtifactError("invalid file path in manifest", file=str(rel), code="artifact_path_invalid")
+        raise ArtifactError("invalid file path in manifest", file=str(rel), code=ec.ARTIFACT_PATH_INVALID)
     pure = PurePosixPath(rel)
     if pure.is_absolute() or rel.startswith("/") or (len(rel) > 1 and rel[1] == ":"):
-        raise ArtifactError("absolute path is not allowed", file=rel, code="artifact_path_escapes")
+        raise ArtifactError("absolute path is not allowed", file=rel, code=ec.ARTIFACT_PATH_ESCAPES)
     if any(part in ("..", "") for part in rel.split("/")):
-        raise ArtifactError("path leaves the artifact directory", file=rel, code="artifact_path_escapes")
+        raise ArtifactError("path leaves the artifact directory", file=rel, code=ec.ARTIFACT_PATH_ESCAPES)
     candidate = root.joinpath(*pure.parts)
     # every component must stay inside root, symlinks included
     real_root = root.resolve()
     try:
         real = candidate.resolve(strict=False)
     except (OSError, RuntimeError) as exc:  # symlink loops
-        raise ArtifactError(f"path cannot be resolved: {exc}", file=rel, code="artifact_path_invalid") from None
+        raise ArtifactError(f"path cannot be resolved: {exc}", file=rel, code=ec.ARTIFACT_PATH_INVALID) from None
     if real != real_root and real_root not in real.parents:
         raise ArtifactError("path (or a symlink in it) points outside the artifact directory", file=rel,
-                            code="artifact_path_escapes")
+                            code=ec.ARTIFACT_PATH_ESCAPES)
     return candidate
 
 
@@ -87,14 +88,14 @@ class Artifact:
         try:
             return self.read_bytes(rel).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ArtifactError(f"not UTF-8 text: {exc}", file=rel, code="artifact_file_invalid") from None
+            raise ArtifactError(f"not UTF-8 text: {exc}", file=rel, code=ec.ARTIFACT_FILE_INVALID) from None
 
     def variant(self, target: str) -> dict:
         for v in self.variants:
             if v["target"] == target:
                 return v
         raise ArtifactError(f"artifact has no {target!r} variant (has: {', '.join(self.targets())})",
-                            file=mf.MANIFEST_NAME, code="artifact_variant_missing")
+                            file=mf.MANIFEST_NAME, code=ec.ARTIFACT_VARIANT_MISSING)
 
     def targets(self) -> list[str]:
         return [v["target"] for v in self.variants]
@@ -106,18 +107,18 @@ def load_artifact(path: str | os.PathLike, *, verify: bool = True) -> Artifact:
     t0 = time.perf_counter()
     root = Path(path)
     if not root.exists():
-        raise ArtifactError("artifact directory does not exist", file=str(root), code="artifact_missing")
+        raise ArtifactError("artifact directory does not exist", file=str(root), code=ec.ARTIFACT_MISSING)
     if not root.is_dir():
-        raise ArtifactError("artifact is not a directory", file=str(root), code="artifact_not_directory")
+        raise ArtifactError("artifact is not a directory", file=str(root), code=ec.ARTIFACT_NOT_DIRECTORY)
     mpath = root / mf.MANIFEST_NAME
     if mpath.is_symlink():
-        raise ArtifactError("manifest must not be a symlink", file=mf.MANIFEST_NAME, code="artifact_path_escapes")
+        raise ArtifactError("manifest must not be a symlink", file=mf.MANIFEST_NAME, code=ec.ARTIFACT_PATH_ESCAPES)
     if not mpath.is_file():
-        raise ArtifactError("missing manifest", file=mf.MANIFEST_NAME, code="artifact_file_missing")
+        raise ArtifactError("missing manifest", file=mf.MANIFEST_NAME, code=ec.ARTIFACT_FILE_MISSING)
     size = mpath.stat().st_size
     if size > mf.MAX_MANIFEST_BYTES:
         raise ArtifactError(f"manifest is {size} bytes, over the {mf.MAX_MANIFEST_BYTES} byte limit",
-                            file=mf.MANIFEST_NAME, code="manifest_too_large")
+                            file=mf.MANIFEST_NAME, code=ec.MANIFEST_TOO_LARGE)
     data = mf.parse(mpath.read_bytes())
     art = Artifact(root=root, manifest=data)
     if not verify:
@@ -144,21 +145,21 @@ def verify_files(art: Artifact, only: list[str] | None = None) -> None:
             continue
         p = safe_relpath(art.root, rel)
         if not p.exists() and not p.is_symlink():
-            raise ArtifactError("file listed in the manifest is missing", file=rel, code="artifact_file_missing")
+            raise ArtifactError("file listed in the manifest is missing", file=rel, code=ec.ARTIFACT_FILE_MISSING)
         if not p.is_file():
-            raise ArtifactError("not a regular file", file=rel, code="artifact_file_invalid")
+            raise ArtifactError("not a regular file", file=rel, code=ec.ARTIFACT_FILE_INVALID)
         actual_size = p.stat().st_size
         if actual_size != entry["bytes"]:
             raise ArtifactError(f"size mismatch: manifest says {entry['bytes']} bytes, file has {actual_size}",
-                                file=rel, code="artifact_hash_mismatch")
+                                file=rel, code=ec.ARTIFACT_HASH_MISMATCH)
         try:
             digest = sha256_file(p)
         except OSError as exc:
             raise ArtifactError(f"file cannot be read: {exc.strerror or exc}", file=rel,
-                                code="artifact_file_unreadable") from None
+                                code=ec.ARTIFACT_FILE_UNREADABLE) from None
         if digest != entry["sha256"]:
             raise ArtifactError(f"sha256 mismatch: manifest {entry['sha256'][:12]}…, file {digest[:12]}…",
-                                file=rel, code="artifact_hash_mismatch")
+                                file=rel, code=ec.ARTIFACT_HASH_MISMATCH)
 
 
 class BackgroundVerify:
@@ -199,18 +200,18 @@ def tree_files(root: Path, rel: str) -> list[str]:
     symlinks anywhere inside and anything that is neither a file nor a directory."""
     base = safe_relpath(Path(root), rel)
     if base.is_symlink() or not base.is_dir():
-        raise ArtifactError("package is not a directory", file=rel, code="artifact_file_invalid")
+        raise ArtifactError("package is not a directory", file=rel, code=ec.ARTIFACT_FILE_INVALID)
     out = []
     for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
         for name in dirnames + filenames:
             p = Path(dirpath) / name
             inner = f"{rel}/{p.relative_to(base).as_posix()}"
             if p.is_symlink():
-                raise ArtifactError("symlink inside a package directory", file=inner, code="artifact_path_escapes")
+                raise ArtifactError("symlink inside a package directory", file=inner, code=ec.ARTIFACT_PATH_ESCAPES)
             if p.is_file():
                 out.append(inner)
             elif not p.is_dir():
-                raise ArtifactError("not a regular file", file=inner, code="artifact_file_invalid")
+                raise ArtifactError("not a regular file", file=inner, code=ec.ARTIFACT_FILE_INVALID)
     return sorted(out)
 
 

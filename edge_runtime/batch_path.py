@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from . import error_codes as ec
 from .errors import EdgeRuntimeError, InferenceRuntimeError
 
 
@@ -20,7 +21,7 @@ def run_grouped(rt, items: list, lim, deadline) -> list:
     (items of one group complete together).
     """
     if rt._closed:
-        raise InferenceRuntimeError("runtime is closed", code="runtime_closed", device=rt.device,
+        raise InferenceRuntimeError("runtime is closed", code=ec.RUNTIME_CLOSED, device=rt.device,
                                     variant=rt.variant["target"])
     t0 = time.perf_counter()
     out: list = [None] * len(items)

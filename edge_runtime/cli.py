@@ -21,6 +21,7 @@ from pathlib import Path
 import click
 
 from .cli_common import DebugAnywhereGroup, _guard, device_flags, device_options, emit
+from . import error_codes as ec
 from .errors import InputError
 from .limits import DEFAULT_LIMITS, Limits, json_depth
 
@@ -45,13 +46,13 @@ def _limit_overrides(pairs) -> dict:
         key = key.strip()
         if not sep or not key:
             raise InputError(f"--limit wants KEY=VALUE, got {pair!r} (valid keys: {', '.join(known)})",
-                             code="input_invalid")
+                             code=ec.INPUT_INVALID)
         if key not in known:
-            raise InputError(f"unknown limit {key!r} (valid keys: {', '.join(known)})", code="limit_unknown")
+            raise InputError(f"unknown limit {key!r} (valid keys: {', '.join(known)})", code=ec.LIMIT_UNKNOWN)
         try:
             out[key] = int(value.strip())
         except ValueError:
-            raise InputError(f"limit {key} must be a positive integer, got {value!r}", code="limit_invalid") from None
+            raise InputError(f"limit {key} must be a positive integer, got {value!r}", code=ec.LIMIT_INVALID) from None
     Limits().merged(out)            # positive integers only
     return out
 
@@ -60,10 +61,10 @@ def _file_size(path: str, lim: Limits) -> int:
     try:
         size = Path(path).stat().st_size
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}", code="input_file_unreadable") from None
+        raise InputError(f"cannot read {path}: {exc.strerror}", code=ec.INPUT_FILE_UNREADABLE) from None
     if size > lim.max_request_bytes:
         raise InputError(f"{path} is {size} bytes, over the request limit of {lim.max_request_bytes}",
-                         code="input_too_large", limit=lim.max_request_bytes)
+                         code=ec.INPUT_TOO_LARGE, limit=lim.max_request_bytes)
     return size
 
 
@@ -80,14 +81,14 @@ def _read_text(source: str, lim: Limits) -> str:
             with open(source, "rb") as fh:
                 data = fh.read(cap + 1)
     except OSError as exc:
-        raise InputError(f"cannot read {name}: {exc.strerror or exc}", code="input_file_unreadable") from None
+        raise InputError(f"cannot read {name}: {exc.strerror or exc}", code=ec.INPUT_FILE_UNREADABLE) from None
     if len(data) > cap:
-        raise InputError(f"text from {name} is over the request limit of {cap} bytes", code="input_too_large",
+        raise InputError(f"text from {name} is over the request limit of {cap} bytes", code=ec.INPUT_TOO_LARGE,
                          limit=cap)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"text from {name} is not UTF-8: {exc}", code="input_bad_encoding") from None
+        raise InputError(f"text from {name} is not UTF-8: {exc}", code=ec.INPUT_BAD_ENCODING) from None
     text = text.removeprefix("\ufeff")
     return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
 
@@ -102,13 +103,13 @@ def _read_json_input(path: str, lim: Limits = DEFAULT_LIMITS):
             cur += 1
             depth = max(depth, cur)
             if depth > lim.max_json_depth:
-                raise InputError(f"JSON nested deeper than {lim.max_json_depth} levels", code="input_too_deep")
+                raise InputError(f"JSON nested deeper than {lim.max_json_depth} levels", code=ec.INPUT_TOO_DEEP)
         elif ch in b"]}":
             cur -= 1
     try:
         data = json.loads(text.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{path} is not valid JSON: {exc}", code="input_bad_json") from None
+        raise InputError(f"{path} is not valid JSON: {exc}", code=ec.INPUT_BAD_JSON) from None
     json_depth(data, lim.max_json_depth)
     if isinstance(data, dict) and set(data) == {"inputs"}:
         data = data["inputs"]
@@ -128,7 +129,7 @@ def _npy_header(fh, what: str):
         raise ValueError(f"unsupported .npy format version {version}")
     if dtype.hasobject:
         raise InputError(f"{what} holds Python objects; only plain numeric arrays are loaded (never pickles)",
-                         code="input_bad_file")
+                         code=ec.INPUT_BAD_FILE)
     return shape, dtype
 
 
@@ -146,7 +147,7 @@ def _read_arrays(path: str, lim: Limits, input_names: list[str]):
     if not npz and len(input_names) != 1:
         raise InputError(f"{path} holds one array but the model has {len(input_names)} inputs "
                          f"({', '.join(input_names)}): give a .npz with one named array each",
-                         code="input_wrong_names")
+                         code=ec.INPUT_WRONG_NAMES)
     total = 0
     try:
         if npz:
@@ -154,7 +155,7 @@ def _read_arrays(path: str, lim: Limits, input_names: list[str]):
                 for info in zf.infolist():
                     if not info.filename.endswith(".npy"):
                         raise InputError(f"{path}: member {info.filename!r} is not an array (.npy)",
-                                         code="input_bad_file")
+                                         code=ec.INPUT_BAD_FILE)
                     with zf.open(info) as fh:
                         shape, dtype = _npy_header(fh, f"{path}:{info.filename}")
                     total += math.prod(shape) * dtype.itemsize
@@ -164,7 +165,7 @@ def _read_arrays(path: str, lim: Limits, input_names: list[str]):
             total = math.prod(shape) * dtype.itemsize
         if total > lim.max_request_bytes:
             raise InputError(f"{path} holds {total} bytes of arrays, over the request limit of "
-                             f"{lim.max_request_bytes}", code="input_too_large", limit=lim.max_request_bytes)
+                             f"{lim.max_request_bytes}", code=ec.INPUT_TOO_LARGE, limit=lim.max_request_bytes)
         if npz:
             with np.load(path, allow_pickle=False) as data:
                 return {name: data[name] for name in data.files}
@@ -173,7 +174,7 @@ def _read_arrays(path: str, lim: Limits, input_names: list[str]):
         raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise InputError(f"{path} is not a readable {'.npz' if npz else '.npy'} file: {exc}",
-                         code="input_bad_file") from None
+                         code=ec.INPUT_BAD_FILE) from None
 
 
 def _fmt_num(x) -> str:
@@ -222,7 +223,7 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
     """
     given = dict(x for x in zip(_INFER_SOURCES, (text, text_file, image, input_file)) if x[1] is not None)
     if len(given) != 1:
-        raise InputError("give exactly one of --text, --text-file, --image, --input", code="input_missing")
+        raise InputError("give exactly one of --text, --text-file, --image, --input", code=ec.INPUT_MISSING)
     (flag, value), = given.items()
     overrides = _limit_overrides(limit)
     from .runtime import load
@@ -232,7 +233,7 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
         fits = _FLAGS_FOR_KIND.get(kind, ("--input",))
         if flag not in fits:
             raise InputError(f"{flag} does not fit a {rt.artifact.task} artifact (it takes {', '.join(fits)})",
-                             code="input_wrong_type")
+                             code=ec.INPUT_WRONG_TYPE)
         lim = rt.limits.lowered(overrides, what="--limit")
         if flag == "--text-file" or (flag == "--text" and value == "-"):
             raw = _read_text(value, lim)

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from . import error_codes as ec
 from .cli_common import _guard, device_flags, device_options
 
 
@@ -32,7 +33,7 @@ def bench_cmd(artifact, device, require_device, device_option, calls, repeats, b
     from .errors import InputError
 
     if calls < 1 or repeats < 1 or batch_size < 1 or concurrency < 1:
-        raise InputError("--calls, --repeats, --batch-size and --concurrency must be at least 1", code="input_invalid")
+        raise InputError("--calls, --repeats, --batch-size and --concurrency must be at least 1", code=ec.INPUT_INVALID)
     res = run_bench(artifact, device, calls=calls, repeats=repeats, batch=batch_size, concurrency=concurrency,
                     cold=not no_cold, device_options=device_options(device_option), strict=require_device)
     if as_json:

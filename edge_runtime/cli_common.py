@@ -32,6 +32,7 @@ import sys
 
 import click
 
+from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
 
 _NEWLINES = re.compile(r"\s*[\r\n]+\s*")
@@ -46,7 +47,7 @@ def error_dict(exc: Exception) -> dict:
     if isinstance(exc, EdgeRuntimeError):
         d = exc.to_dict()
         return {"type": d["type"], "code": d["code"], "message": d["message"], "details": d.get("details", {})}
-    return {"type": type(exc).__name__, "code": "unexpected", "message": str(exc), "details": {}}
+    return {"type": type(exc).__name__, "code": ec.UNEXPECTED, "message": str(exc), "details": {}}
 
 
 def _wants_json(ctx) -> bool:
@@ -124,7 +125,7 @@ def device_options(pairs) -> dict:
     for pair in pairs or ():
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise InputError(f"--device-option wants KEY=VALUE, got {pair!r}", code="input_invalid")
+            raise InputError(f"--device-option wants KEY=VALUE, got {pair!r}", code=ec.INPUT_INVALID)
         try:
             out[key.strip()] = json.loads(value)
         except ValueError:

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from .cli_common import _guard
+from . import error_codes as ec
 from .errors import InputError
 
 from edge_runtime.converters.request import (MIN_CALIBRATION_SAMPLES, MIN_PARITY_SAMPLES,  # stdlib-only imports
@@ -54,7 +55,7 @@ def _json_arg(value, what):
         text = p.read_text(encoding="utf-8") if p.is_file() else value
         return json.loads(text)
     except (OSError, ValueError) as exc:
-        raise InputError(f"{what}: not a JSON file or JSON text: {exc}", code="input_bad_json") from None
+        raise InputError(f"{what}: not a JSON file or JSON text: {exc}", code=ec.INPUT_BAD_JSON) from None
 
 
 @click.command()
@@ -121,7 +122,7 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
         try:
             bucket_list = [int(b) for b in buckets.split(",") if b.strip()]
         except ValueError:
-            raise InputError(f"--buckets must be integers, got {buckets!r}", code="convert_buckets_invalid") from None
+            raise InputError(f"--buckets must be integers, got {buckets!r}", code=ec.CONVERT_BUCKETS_INVALID) from None
     req = ConvertRequest(
         source=Path(source), out=Path(out), task=task, targets=list(targets), calibration=Path(calibration),
         labels=Path(labels) if labels else None, tokenizer=Path(tokenizer) if tokenizer else None,
@@ -182,7 +183,7 @@ def _shapes(pairs) -> dict | None:
             shape = None
         if not sep or not name.strip() or not shape or min(shape) < 1:
             raise InputError(f"--input-shape {pair!r}: expected NAME=D1,D2,... (positive integers)",
-                             code="convert_shape_invalid")
+                             code=ec.CONVERT_SHAPE_INVALID)
         out[name.strip()] = shape
     return out or None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .cli_common import _guard, device_flags, device_options, emit
+from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
 
 
@@ -54,10 +55,10 @@ def eval_cmd(artifact, data, device, require_device, device_option, limit, min_a
     sk, problem = rep["skipped"], None
     if fail_on_skip and sk["count"]:
         problem = InputError(f"{sk['count']} rows skipped ({', '.join(f'{k} {v}' for k, v in sk['by_reason'].items())})"
-                             f" and --fail-on-skip was given", code="eval_rows_skipped")
+                             f" and --fail-on-skip was given", code=ec.EVAL_ROWS_SKIPPED)
     elif min_accuracy is not None and rep["accuracy"] < min_accuracy:
         problem = EdgeRuntimeError(f"accuracy {rep['accuracy']:.4f} ({rep['correct']}/{rep['samples']}) is below "
-                                   f"--min-accuracy {min_accuracy:g}", code="eval_below_min_accuracy")
+                                   f"--min-accuracy {min_accuracy:g}", code=ec.EVAL_BELOW_MIN_ACCURACY)
     if as_json:
         rep["error"] = None if problem is None else error_json(problem)
     emit(rep, as_json, _human)

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from .cli_common import _guard, device_flags, device_options
+from . import error_codes as ec
 from .errors import InputError
 
 
@@ -72,10 +73,10 @@ def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, co
     to_stdout = output == "-"
     if resume and force:
         raise InputError("--resume and --force exclude each other: --resume continues the output, --force "
-                         "starts it over", code="score_options_conflict")
+                         "starts it over", code=ec.SCORE_OPTIONS_CONFLICT)
     if resume and to_stdout:
         raise InputError("--resume needs an output file: '-' (stdout) cannot be resumed",
-                         code="score_options_conflict")
+                         code=ec.SCORE_OPTIONS_CONFLICT)
     with load(artifact, device=device, strict=require_device, device_options=device_options(device_option)) as rt:
         cap = 4 * rt.limits.max_request_bytes + 65536       # a JSON line may escape its text
         records = read_records(input_path, fmt, field=field or type(rt.task).score_field,

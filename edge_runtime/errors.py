@@ -7,14 +7,17 @@
   stalled or failed while running a valid input).
 
 Every error carries a stable ``code`` string (for metrics, logs and the JSON
-output of the CLI) and an ``exit_code`` used by ``edge-infer``.
+output of the CLI; each a constant in ``error_codes.py``, whose ``CODES`` gives
+its layer and meaning) and an ``exit_code`` used by ``edge-infer``.
 """
 
 from __future__ import annotations
 
+from . import error_codes as ec
+
 
 class EdgeRuntimeError(Exception):
-    code = "edge_runtime_error"
+    code = ec.EDGE_RUNTIME_ERROR
     exit_code = 1
 
     def __init__(self, message: str, *, code: str | None = None, **details):
@@ -34,14 +37,14 @@ class EdgeRuntimeError(Exception):
 class InputError(EdgeRuntimeError):
     """The caller's input was rejected before or while preparing it."""
 
-    code = "input_invalid"
+    code = ec.INPUT_INVALID
     exit_code = 2
 
 
 class ArtifactError(EdgeRuntimeError):
     """The artifact is missing, corrupt, tampered with or not understood."""
 
-    code = "artifact_invalid"
+    code = ec.ARTIFACT_INVALID
     exit_code = 3
 
     def __init__(self, message: str, *, file: str | None = None, code: str | None = None, **details):
@@ -56,21 +59,21 @@ class ArtifactError(EdgeRuntimeError):
 class DeviceError(EdgeRuntimeError):
     """No backend/device can run the artifact (or the one asked for is absent)."""
 
-    code = "device_unavailable"
+    code = ec.DEVICE_UNAVAILABLE
     exit_code = 4
 
 
 class InferenceTimeout(EdgeRuntimeError):
     """The call did not finish within its deadline."""
 
-    code = "inference_timeout"
+    code = ec.INFERENCE_TIMEOUT
     exit_code = 5
 
 
 class InferenceRuntimeError(EdgeRuntimeError):
     """A backend failed while running a valid input; wraps the cause."""
 
-    code = "inference_failed"
+    code = ec.INFERENCE_FAILED
     exit_code = 6
 
     def __init__(self, message: str, *, device: str | None = None, variant: str | None = None, code: str | None = None, **details):
@@ -82,7 +85,7 @@ class InferenceRuntimeError(EdgeRuntimeError):
 class ParityError(EdgeRuntimeError):
     """A conversion measured int8-vs-fp32 parity under its budget."""
 
-    code = "parity_below_budget"
+    code = ec.PARITY_BELOW_BUDGET
     exit_code = 7
 
 

@@ -38,6 +38,7 @@ from typing import Iterator
 
 import numpy as np
 
+from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
@@ -89,7 +90,7 @@ def _tsv_rows(p: Path, labels, skipped: Skipped, header: dict) -> Iterator[tuple
     try:
         data = p.read_bytes()
     except OSError as exc:
-        raise InputError(f"cannot read {p}: {exc.strerror or exc}", code="eval_data_unreadable") from None
+        raise InputError(f"cannot read {p}: {exc.strerror or exc}", code=ec.EVAL_DATA_UNREADABLE) from None
     raw_lines = data.split(b"\n")
     if raw_lines and raw_lines[-1] == b"":
         raw_lines.pop()                              # the final newline ends the last line; it starts none
@@ -157,7 +158,7 @@ def read_labelled(path, labels=None, limit: int | None = None):
     elif p.is_file():
         rows = _tsv_rows(p, labels, skipped, header)
     else:
-        raise InputError(f"evaluation data {p} does not exist", code="eval_data_missing")
+        raise InputError(f"evaluation data {p} does not exist", code=ec.EVAL_DATA_MISSING)
     samples = []
     for row in rows:
         samples.append(row)
@@ -170,23 +171,23 @@ def labelled_samples(path) -> list[tuple[object, str]]:
     """Every (raw input, label) of ``path``, labels unchecked (see ``read_labelled`` for the skipped rows)."""
     samples, _, _ = read_labelled(path)
     if not samples:
-        raise InputError(f"{path}: no labelled samples found", code="eval_data_empty")
+        raise InputError(f"{path}: no labelled samples found", code=ec.EVAL_DATA_EMPTY)
     return [(raw, label) for raw, label, _ in samples]
 
 
 def evaluate(rt, path, limit: int | None = None) -> dict:
     if limit is not None and limit < 1:
-        raise InputError(f"limit must be at least 1, got {limit}", code="input_invalid")
+        raise InputError(f"limit must be at least 1, got {limit}", code=ec.INPUT_INVALID)
     labels = list(getattr(rt.task, "labels", None) or [])
     samples, skipped, header = read_labelled(path, labels, limit)
     if not samples:
         if not skipped.count:
             what = "<label>/<image> files" if Path(path).is_dir() else "text<TAB>label lines"
-            raise InputError(f"{path}: no {what} found", code="eval_data_empty")
+            raise InputError(f"{path}: no {what} found", code=ec.EVAL_DATA_EMPTY)
         first = skipped.examples[0]
         raise InputError(f"{path}: nothing to evaluate, all {skipped.count} rows skipped ({skipped.summary()}); "
                          f"first: {first.get('path') or 'line ' + str(first.get('line'))}: {first['detail']}"[:600],
-                         code="eval_nothing_evaluated", skipped=skipped.to_dict())
+                         code=ec.EVAL_NOTHING_EVALUATED, skipped=skipped.to_dict())
     correct, errors, error_examples, latencies = 0, {}, [], []
     for raw, truth, where in samples:
         try:

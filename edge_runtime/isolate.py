@@ -34,9 +34,14 @@ import numpy as np
 
 from edge_runtime.devices.base import Capabilities, DeviceSession, SessionCrashed
 
+from . import error_codes as ec
 from .errors import DeviceError
 
 _READY_TIMEOUT_S = 300.0
+# A load that fails in the worker comes back as the exception's class name, message and code (classes do
+# not cross the pipe). The classes whose code the host keeps, by the name the worker sends: a backend's
+# own DeviceError says what is missing; anything else is the load failing (``device_load_failed``).
+_KEEPS_CODE: dict[str, type] = {cls.__name__: cls for cls in (DeviceError,)}
 
 
 def _layout(specs: list[dict]) -> tuple[list[tuple[str, np.dtype, tuple, int]], int]:
@@ -164,14 +169,14 @@ class IsolatedWorker:
                     raise EOFError
                 if time.monotonic() > t_end:
                     raise DeviceError(f"the isolated {self.backend_name} worker did not load within "
-                                      f"{_READY_TIMEOUT_S:.0f} s", code="device_worker_timeout")
+                                      f"{_READY_TIMEOUT_S:.0f} s", code=ec.DEVICE_WORKER_TIMEOUT)
             msg = parent.recv()
         except (EOFError, OSError):
             proc.kill()
             proc.wait(5)
             parent.close()
             raise DeviceError(f"the isolated {self.backend_name} worker died while loading "
-                              f"({_signal_name(proc.returncode)})", code="device_worker_died") from None
+                              f"({_signal_name(proc.returncode)})", code=ec.DEVICE_WORKER_DIED) from None
         except BaseException:
             proc.kill()
             proc.wait(5)
@@ -181,7 +186,7 @@ class IsolatedWorker:
             proc.wait(5)
             parent.close()
             raise DeviceError(f"{self.backend_name} could not load in its worker: {msg[1]}: {msg[2]}",
-                              code=msg[3] if msg[1] == "DeviceError" and msg[3] else "device_load_failed")
+                              code=msg[3] if msg[1] in _KEEPS_CODE and msg[3] else ec.DEVICE_LOAD_FAILED)
         self.proc, self.conn = proc, parent
         return msg[1], msg[2], msg[3]
 

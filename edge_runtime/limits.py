@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
+from . import error_codes as ec
 from .errors import ArtifactError, InputError
 
 MiB = 1024 * 1024
@@ -36,9 +37,9 @@ class Limits:
         for key, value in overrides.items():
             err = ArtifactError if source == "manifest" else InputError
             if key not in known:
-                raise err(f"unknown limit {key!r} (known: {', '.join(sorted(known))})", code="limit_unknown")
+                raise err(f"unknown limit {key!r} (known: {', '.join(sorted(known))})", code=ec.LIMIT_UNKNOWN)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise err(f"limit {key} must be a positive integer, got {value!r}", code="limit_invalid")
+                raise err(f"limit {key} must be a positive integer, got {value!r}", code=ec.LIMIT_INVALID)
             clean[key] = value
         return replace(self, **clean)
 
@@ -53,7 +54,7 @@ class Limits:
             if value > current:
                 raise InputError(f"{what} {key}={value} would raise the limit of {current}; limits can only be "
                                  f"lowered here (valid keys: {', '.join(sorted(self.to_dict()))})",
-                                 code="limit_raise_refused", limit=key, current=current, requested=value)
+                                 code=ec.LIMIT_RAISE_REFUSED, limit=key, current=current, requested=value)
         return new
 
 
@@ -73,7 +74,7 @@ def json_depth(value, limit: int) -> int:
         if depth > deepest:
             deepest = depth
             if deepest > limit:
-                raise InputError(f"input nested deeper than {limit} levels", code="input_too_deep")
+                raise InputError(f"input nested deeper than {limit} levels", code=ec.INPUT_TOO_DEEP)
         if isinstance(node, dict):
             stack.extend((v, depth + 1) for v in node.values())
         elif isinstance(node, (list, tuple)):

@@ -20,6 +20,7 @@ import hashlib
 import json
 from typing import Any
 
+from . import error_codes as ec
 from .errors import ArtifactError
 from .frozen import FrozenDict, freeze
 
@@ -63,7 +64,8 @@ def _reject_duplicates(pairs):
     seen = {}
     for key, value in pairs:
         if key in seen:
-            raise ArtifactError(f"duplicate key {key!r} in manifest", file=MANIFEST_NAME, code="manifest_duplicate_key")
+            raise ArtifactError(f"duplicate key {key!r} in manifest", file=MANIFEST_NAME,
+                                code=ec.MANIFEST_DUPLICATE_KEY)
         seen[key] = value
     return seen
 
@@ -72,13 +74,14 @@ def parse(raw: bytes) -> FrozenDict:
     """Parse and validate manifest bytes; every failure is an ``ArtifactError``."""
     if len(raw) > MAX_MANIFEST_BYTES:
         raise ArtifactError(f"manifest is {len(raw)} bytes, over the {MAX_MANIFEST_BYTES} byte limit",
-                            file=MANIFEST_NAME, code="manifest_too_large")
+                            file=MANIFEST_NAME, code=ec.MANIFEST_TOO_LARGE)
     try:
         data = json.loads(raw.decode("utf-8"), object_pairs_hook=_reject_duplicates)
     except ArtifactError:
         raise
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ArtifactError(f"manifest does not parse: {exc}", file=MANIFEST_NAME, code="manifest_unparsable") from None
+        raise ArtifactError(f"manifest does not parse: {exc}", file=MANIFEST_NAME,
+                            code=ec.MANIFEST_UNPARSABLE) from None
     check_seal(data)
     validate(data)
     return freeze(data)         # read-only from here on: nothing downstream changes a validated manifest
@@ -93,25 +96,25 @@ def seal(data: dict) -> str:
 
 def check_seal(data: Any) -> None:
     if not isinstance(data, dict):
-        raise ArtifactError("manifest must be an object", file=MANIFEST_NAME, code="manifest_field_invalid")
+        raise ArtifactError("manifest must be an object", file=MANIFEST_NAME, code=ec.MANIFEST_FIELD_INVALID)
     recorded = data.get(SEAL)
     if recorded is None:
         raise ArtifactError(f"manifest has no {SEAL} seal (written by hand or by an older edge-runtime?)",
-                            file=MANIFEST_NAME, code="manifest_unsealed")
+                            file=MANIFEST_NAME, code=ec.MANIFEST_UNSEALED)
     actual = seal(data)
     if recorded != actual:
         shown = recorded[:12] if isinstance(recorded, str) else repr(recorded)[:12]
         raise ArtifactError(f"manifest content does not match its seal ({SEAL} {shown}…, content {actual[:12]}…): "
                             "the manifest was corrupted or edited", file=MANIFEST_NAME,
-                            code="manifest_seal_mismatch")
+                            code=ec.MANIFEST_SEAL_MISMATCH)
 
 
 def _check(obj: Any, spec: dict, where: str) -> None:
     if not isinstance(obj, dict):
-        raise ArtifactError(f"{where} must be an object", file=MANIFEST_NAME, code="manifest_field_invalid")
+        raise ArtifactError(f"{where} must be an object", file=MANIFEST_NAME, code=ec.MANIFEST_FIELD_INVALID)
     for key, typ in spec.items():
         if key not in obj:
-            raise ArtifactError(f"missing field {where}.{key}", file=MANIFEST_NAME, code="manifest_field_missing")
+            raise ArtifactError(f"missing field {where}.{key}", file=MANIFEST_NAME, code=ec.MANIFEST_FIELD_MISSING)
         value = obj[key]
         if isinstance(value, bool) and typ is not bool:
             ok = False
@@ -119,61 +122,62 @@ def _check(obj: Any, spec: dict, where: str) -> None:
             ok = isinstance(value, typ)
         if not ok:
             raise ArtifactError(f"field {where}.{key} has the wrong type ({type(value).__name__})",
-                                file=MANIFEST_NAME, code="manifest_field_invalid")
+                                file=MANIFEST_NAME, code=ec.MANIFEST_FIELD_INVALID)
 
 
 def validate(data: Any) -> None:
     _check(data, _TOP, "manifest")
     if data["format"] != FORMAT:
         raise ArtifactError(f"not an edge-runtime artifact (format {data['format']!r})", file=MANIFEST_NAME,
-                            code="manifest_format_unknown")
+                            code=ec.MANIFEST_FORMAT_UNKNOWN)
     if data["format_version"] not in SUPPORTED_VERSIONS:
         raise ArtifactError(f"unknown format version {data['format_version']!r} (this runtime reads "
                             f"{', '.join(map(str, SUPPORTED_VERSIONS))})", file=MANIFEST_NAME,
-                            code="manifest_version_unknown")
+                            code=ec.MANIFEST_VERSION_UNKNOWN)
     _check(data["model"], _MODEL, "model")
     task = _task(data["task"])
     for path, entry in data["files"].items():
         _check(entry, {"sha256": str, "bytes": int}, f"files[{path!r}]")
         if len(entry["sha256"]) != 64:
             raise ArtifactError(f"files[{path!r}].sha256 is not a sha256 hex digest", file=MANIFEST_NAME,
-                                code="manifest_field_invalid")
+                                code=ec.MANIFEST_FIELD_INVALID)
     if not data["variants"]:
-        raise ArtifactError("manifest lists no variants", file=MANIFEST_NAME, code="manifest_field_missing")
+        raise ArtifactError("manifest lists no variants", file=MANIFEST_NAME, code=ec.MANIFEST_FIELD_MISSING)
     for i, variant in enumerate(data["variants"]):
         where = f"variants[{i}]"
         _check(variant, _VARIANT, where)
         _check(variant["quantization"], _QUANT, f"{where}.quantization")
         _check(variant["parity"], _PARITY, f"{where}.parity")
         if not isinstance(variant.get("runtime", {}), dict):
-            raise ArtifactError(f"{where}.runtime must be an object", file=MANIFEST_NAME, code="manifest_field_invalid")
+            raise ArtifactError(f"{where}.runtime must be an object", file=MANIFEST_NAME,
+                                code=ec.MANIFEST_FIELD_INVALID)
         if not variant["buckets"]:
-            raise ArtifactError(f"{where} has no buckets", file=MANIFEST_NAME, code="manifest_field_missing")
+            raise ArtifactError(f"{where} has no buckets", file=MANIFEST_NAME, code=ec.MANIFEST_FIELD_MISSING)
         for j, bucket in enumerate(variant["buckets"]):
             bwhere = f"{where}.buckets[{j}]"
             _check(bucket, _BUCKET, bwhere)
             if bucket["file"] not in data["files"]:
                 raise ArtifactError(f"{bwhere}.file {bucket['file']!r} is not listed in files", file=MANIFEST_NAME,
-                                    code="manifest_field_invalid")
+                                    code=ec.MANIFEST_FIELD_INVALID)
             extra = bucket.get("extra_files", [])
             if not isinstance(extra, list) or any(not isinstance(e, str) or e not in data["files"] for e in extra):
                 raise ArtifactError(f"{bwhere}.extra_files must list files named in files", file=MANIFEST_NAME,
-                                    code="manifest_field_invalid")
+                                    code=ec.MANIFEST_FIELD_INVALID)
             for k, tensor in enumerate(bucket["inputs"] + bucket["outputs"]):
                 _check(tensor, _TENSOR, f"{bwhere}.tensor[{k}]")
                 if tensor["dtype"] not in DTYPES:
                     raise ArtifactError(f"{bwhere}: unknown dtype {tensor['dtype']!r}", file=MANIFEST_NAME,
-                                        code="manifest_field_invalid")
+                                        code=ec.MANIFEST_FIELD_INVALID)
                 if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in tensor["shape"]):
                     raise ArtifactError(f"{bwhere}: tensor {tensor['name']!r} shape {tensor['shape']} is not static",
-                                        file=MANIFEST_NAME, code="manifest_shape_dynamic")
+                                        file=MANIFEST_NAME, code=ec.MANIFEST_SHAPE_DYNAMIC)
     for section, keys in task.manifest_sections.items():   # what the task needs at load
         _check(data.get(section), keys, section)
     for key in dict.fromkeys(("tokenizer", "labels", *task.manifest_files)):
         ref = data["preprocess"].get(key) or data["postprocess"].get(key)
         if isinstance(ref, str) and ref not in data["files"]:
             raise ArtifactError(f"{key} file {ref!r} is not listed in files", file=MANIFEST_NAME,
-                                code="manifest_field_invalid")
+                                code=ec.MANIFEST_FIELD_INVALID)
 
 
 def _task(name: str):
@@ -184,7 +188,7 @@ def _task(name: str):
         return get_task(name)
     except UnknownTask:
         raise ArtifactError(f"unknown task {name!r} (known: {', '.join(task_names())})", file=MANIFEST_NAME,
-                            code="manifest_task_unknown") from None
+                            code=ec.MANIFEST_TASK_UNKNOWN) from None
 
 
 def dumps(data: dict) -> bytes:

@@ -15,6 +15,8 @@ import math
 import threading
 from collections import Counter
 
+from . import error_codes as ec
+
 # seconds: sub-millisecond (a warm Edge TPU call) up to the 5 s default deadline and past it
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 # in the task's own unit (Task.length_unit): tokens for text, decoded pixels for images, elements for tensors
@@ -84,7 +86,7 @@ class RuntimeMetrics:
 
     def error(self, exc) -> None:
         with self._lock:
-            self._errors[(type(exc).__name__, getattr(exc, "code", "unknown"))] += 1
+            self._errors[(type(exc).__name__, getattr(exc, "code", ec.UNKNOWN))] += 1
 
     def fallback(self, reason: str) -> None:
         with self._lock:

@@ -23,6 +23,7 @@ from edge_runtime.models import get_task
 
 from . import hardware as hw
 from .artifact import BackgroundVerify, load_artifact, variant_files, verify_files
+from . import error_codes as ec
 from .errors import (ArtifactError, DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout,
                      InputError)
 from .batch_path import run_grouped
@@ -94,7 +95,7 @@ class Runtime:
                     raise
                 except Exception as exc:
                     raise DeviceError(f"{self.choice.backend_name} could not load {bucket['file']}: {exc}",
-                                      code="device_load_failed") from exc
+                                      code=ec.DEVICE_LOAD_FAILED) from exc
                 self._sessions.append(sess)
             dropped = session_fallback(self.choice, self._sessions, strict)   # DeviceError under strict
         except BaseException:
@@ -142,7 +143,7 @@ class Runtime:
                 sess.run(feeds)
             except Exception as exc:
                 raise DeviceError(f"warm-up of bucket {bucket['name']} failed on {self.device}: {exc}",
-                                  code="device_warmup_failed") from exc
+                                  code=ec.DEVICE_WARMUP_FAILED) from exc
             self.warmup_ms[bucket["name"]] = round((time.perf_counter() - t0) * 1000, 3)
         sample = self.task.warmup_sample()
         if sample is not None:  # the whole path once: decoder/tokenizer first-use costs stay out of infer()
@@ -166,7 +167,7 @@ class Runtime:
                     sess.prepare_many()
                 except Exception as exc:
                     raise DeviceError(f"batch-path warm-up of bucket {bucket['name']} failed on {self.device}: "
-                                      f"{exc}", code="device_warmup_failed") from exc
+                                      f"{exc}", code=ec.DEVICE_WARMUP_FAILED) from exc
                 out[bucket["name"]] = round((time.perf_counter() - t0) * 1000, 3)
         self.warmup_ms.update({f"batch:{k}": v for k, v in out.items()})
         return out
@@ -238,14 +239,14 @@ class Runtime:
             items = list(items)                  # a stacked array: one item per leading index
         if not isinstance(items, (list, tuple)):
             raise InputError(f"infer_batch takes a list of inputs, not {type(items).__name__}",
-                             code="input_wrong_type")
+                             code=ec.INPUT_WRONG_TYPE)
         if len(items) > lim.max_batch_items:
             raise InputError(f"batch has {len(items)} items, over the limit of {lim.max_batch_items}",
-                             code="input_batch_too_large", limit=lim.max_batch_items)
+                             code=ec.INPUT_BATCH_TOO_LARGE, limit=lim.max_batch_items)
         total = sum(self.task.request_bytes(x) for x in items)
         if total > lim.max_request_bytes:
             raise InputError(f"batch is {total} bytes, over the request limit of {lim.max_request_bytes}",
-                             code="input_too_large", limit=lim.max_request_bytes)
+                             code=ec.INPUT_TOO_LARGE, limit=lim.max_request_bytes)
         deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
         if len(items) > 1 and self._batched:
             return run_grouped(self, list(items), lim, deadline)
@@ -260,14 +261,14 @@ class Runtime:
 
     def _infer_one(self, raw, lim: Limits, t0: float, t_end: float, deadline: int, trace_id):
         if self._closed:
-            raise InferenceRuntimeError("runtime is closed", code="runtime_closed", device=self.device,
+            raise InferenceRuntimeError("runtime is closed", code=ec.RUNTIME_CLOSED, device=self.device,
                                         variant=self.variant["target"])
         prepared = self._prepare(raw, lim)
         sess = self._sessions[prepared.bucket]
         remaining = t_end - time.perf_counter()
         if remaining <= 0:
             raise InferenceTimeout(f"deadline of {deadline} ms passed before the device call",
-                                   code="inference_timeout", deadline_ms=deadline)
+                                   code=ec.INFERENCE_TIMEOUT, deadline_ms=deadline)
         inline, cancellable = self._drive[prepared.bucket]
         if inline:
             outputs = self._run_inline(sess, prepared, remaining, deadline, cancellable)
@@ -279,14 +280,14 @@ class Runtime:
         size = self.task.request_bytes(raw)
         if size > lim.max_request_bytes:
             raise InputError(f"request is {size} bytes, over the limit of {lim.max_request_bytes}",
-                             code="input_too_large", limit=lim.max_request_bytes)
+                             code=ec.INPUT_TOO_LARGE, limit=lim.max_request_bytes)
         try:
             return self.task.prepare(raw, lim)
         except EdgeRuntimeError:
             raise
         except Exception as exc:  # a task bug or an exotic input must still be typed
             raise InputError(f"input could not be prepared: {type(exc).__name__}: {exc}",
-                             code="input_invalid") from exc
+                             code=ec.INPUT_INVALID) from exc
 
     def _result(self, res, prepared, t0, trace_id) -> InferenceResult:
         return InferenceResult(
@@ -309,15 +310,15 @@ class Runtime:
         return InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "
                                      f"{self.variant['buckets'][prepared.bucket]['name']}: {type(exc).__name__}: {exc}",
                                      device=self.device, variant=self.variant["target"],
-                                     code="backend_crashed" if isinstance(exc, SessionCrashed) else None)
+                                     code=ec.BACKEND_CRASHED if isinstance(exc, SessionCrashed) else None)
 
     def _timeout(self, deadline):
         return InferenceTimeout(f"{self.device} did not answer within the {deadline} ms deadline",
-                                code="inference_timeout", deadline_ms=deadline, device=self.device)
+                                code=ec.INFERENCE_TIMEOUT, deadline_ms=deadline, device=self.device)
 
     def _late(self, deadline):
         return InferenceTimeout(f"{self.device} answered after the {deadline} ms deadline",
-                                code="inference_timeout", deadline_ms=deadline, device=self.device)
+                                code=ec.INFERENCE_TIMEOUT, deadline_ms=deadline, device=self.device)
 
     def _run_inline(self, sess, prepared, remaining, deadline, cancellable):
         if not cancellable:      # runs to the end in this thread; a late answer is a timeout, never a result
@@ -353,7 +354,7 @@ class Runtime:
         except RuntimeError as exc:  # pool shut down by a concurrent close()
             if entry is not None:
                 WATCHDOG.disarm(entry)
-            raise InferenceRuntimeError(f"runtime is closed: {exc}", code="runtime_closed", device=self.device,
+            raise InferenceRuntimeError(f"runtime is closed: {exc}", code=ec.RUNTIME_CLOSED, device=self.device,
                                         variant=self.variant["target"]) from None
         try:
             return future.result(timeout=remaining)
@@ -422,7 +423,7 @@ def device_options_for(backend, variant: dict, caller: dict | None) -> tuple[dic
                               backend.name).given
     except InputError as exc:
         raise ArtifactError(f"the variant's recorded runtime options: {exc.message}", file="manifest.json",
-                            code="manifest_field_invalid") from None
+                            code=ec.MANIFEST_FIELD_INVALID) from None
     given = resolve_options(backend.options, caller, backend.name)
     if set(given.given) & set(rec):
         provenance = {}                      # the caller overrides the recorded choice
@@ -432,5 +433,5 @@ def device_options_for(backend, variant: dict, caller: dict | None) -> tuple[dic
 
 def _positive(ms) -> int:
     if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not ms > 0 or ms != ms:
-        raise InputError(f"deadline_ms must be a positive number, got {ms!r}", code="limit_invalid")
+        raise InputError(f"deadline_ms must be a positive number, got {ms!r}", code=ec.LIMIT_INVALID)
     return ms

@@ -72,6 +72,7 @@ from pathlib import Path
 import numpy as np
 
 from . import errors as _errors
+from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError, _json_safe
 from .score_inputs import Record, input_fingerprint
 
@@ -107,7 +108,7 @@ class Summary:
             self.rejected += 1
         else:
             self.failed += 1
-        code, kind = err.get("code", "unknown"), err.get("type", "EdgeRuntimeError")
+        code, kind = err.get("code", ec.UNKNOWN), err.get("type", "EdgeRuntimeError")
         self.errors[code] = self.errors.get(code, 0) + 1
         self.error_types[kind] = self.error_types.get(kind, 0) + 1
 
@@ -142,17 +143,17 @@ def _error_counts(summary: Summary) -> str:
 def verdict(summary: Summary, max_error_rate: float | None = None) -> EdgeRuntimeError | None:
     """The typed error the run ends with, or None when it passed (see the module doc)."""
     if summary.total == 0:
-        return InputError("the input held no records: nothing was scored", code="score_input_empty")
+        return InputError("the input held no records: nothing was scored", code=ec.SCORE_INPUT_EMPTY)
     bad = summary.rejected + summary.failed
     if summary.ok == 0:
         cls = _dominant_type(summary.error_types)
         return cls(f"0 of {summary.total} inputs succeeded ({summary.rejected} rejected, {summary.failed} failed: "
-                   f"{_error_counts(summary)})", code="score_nothing_succeeded")
+                   f"{_error_counts(summary)})", code=ec.SCORE_NOTHING_SUCCEEDED)
     if max_error_rate is not None and bad / summary.total > max_error_rate:
         cls = _dominant_type(summary.error_types)
         return cls(f"{bad} of {summary.total} inputs were rejected or failed (error rate {bad / summary.total:.4f}, "
                    f"over --max-error-rate {max_error_rate:g}): {_error_counts(summary)}",
-                   code="score_error_rate_exceeded")
+                   code=ec.SCORE_ERROR_RATE_EXCEEDED)
     return None
 
 
@@ -258,10 +259,10 @@ def _read_job(path: Path, out: Path) -> dict | None:
         job = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: the job record of {out} does not parse ({exc}); start over with --force",
-                         code="score_output_corrupt") from None
+                         code=ec.SCORE_OUTPUT_CORRUPT) from None
     if not isinstance(job, dict) or job.get("schema") != JOB_SCHEMA:
         raise InputError(f"{path} is not a job record of edge-infer score ({JOB_SCHEMA}); start over with --force",
-                         code="score_output_corrupt")
+                         code=ec.SCORE_OUTPUT_CORRUPT)
     return job
 
 
@@ -280,7 +281,7 @@ def prepare_output(out: Path, resume: bool, force: bool, summary: Summary, job: 
     if not resume:
         if not force:
             raise InputError(f"{out} exists: pass --resume to continue it or --force to overwrite",
-                             code="score_output_exists")
+                             code=ec.SCORE_OUTPUT_EXISTS)
         out.unlink()
         job_path(out).unlink(missing_ok=True)
         return 0
@@ -289,13 +290,13 @@ def prepare_output(out: Path, resume: bool, force: bool, summary: Summary, job: 
         if _has_complete_line(out):
             raise InputError(f"{out} has no job record ({job_path(out).name}): it was written before job records "
                              f"existed or not by edge-infer score, so nothing says it belongs to this job; start over "
-                             f"with --force", code="score_resume_unverifiable")
+                             f"with --force", code=ec.SCORE_RESUME_UNVERIFIABLE)
     elif job is not None:
         diffs, warns = job_differences(recorded, job)
         if diffs:
             raise InputError(f"{out} was written by another job, not resumed: " + "; ".join(diffs)
                              + ". Resume with the same input, artifact, device and options, or --force to start over",
-                             code="score_output_mismatch")
+                             code=ec.SCORE_OUTPUT_MISMATCH)
         summary.warnings += warns
     with open(out, "rb+") as fh:
         data_end = fh.seek(0, os.SEEK_END)
@@ -309,10 +310,10 @@ def prepare_output(out: Path, resume: bool, force: bool, summary: Summary, job: 
                 line = json.loads(raw)
             except ValueError:
                 raise InputError(f"{out}: line {summary.total + 1} is not JSON; not an output of this command",
-                                 code="score_output_corrupt") from None
+                                 code=ec.SCORE_OUTPUT_CORRUPT) from None
             if not isinstance(line, dict) or line.get("index") != summary.total:
                 raise InputError(f"{out}: line {summary.total + 1} has index {line.get('index') if isinstance(line, dict) else '?'}"
-                                 f", expected {summary.total}", code="score_output_corrupt")
+                                 f", expected {summary.total}", code=ec.SCORE_OUTPUT_CORRUPT)
             summary.count(line)
             keep += len(raw)
             last = line
@@ -330,7 +331,7 @@ def _dump(record: Record, outcome) -> tuple[dict, str]:
         return line, json.dumps(line, ensure_ascii=False, allow_nan=False, default=str)
     except ValueError:      # NaN/inf in a result: a corrupt output is a failure, never a silent "NaN"
         line = {"index": record.index, "id": line["id"], "line": line["line"], "ok": False,
-                "error": {"type": "InferenceRuntimeError", "code": "result_nonfinite",
+                "error": {"type": "InferenceRuntimeError", "code": ec.RESULT_NONFINITE,
                           "message": "the model produced NaN or infinity"}}
         return line, json.dumps(line, ensure_ascii=False)
 
@@ -393,12 +394,12 @@ def score(rt, records, out, *, batch_size: int = 32, concurrency: int = 2, resum
     to_stream = str(out) == "-"
     if resume and force:
         raise InputError("--resume and --force exclude each other: --resume continues the output, --force "
-                         "starts it over", code="score_options_conflict")
+                         "starts it over", code=ec.SCORE_OPTIONS_CONFLICT)
     if resume and to_stream:
         raise InputError("--resume needs an output file: '-' (stdout) cannot be resumed",
-                         code="score_options_conflict")
+                         code=ec.SCORE_OPTIONS_CONFLICT)
     if batch_size < 1 or concurrency < 1:
-        raise InputError("--batch-size and --concurrency must be at least 1", code="input_invalid")
+        raise InputError("--batch-size and --concurrency must be at least 1", code=ec.INPUT_INVALID)
     batch_size = min(batch_size, rt.limits.max_batch_items)
     summary = Summary(batch_size=batch_size)
     if to_stream:
@@ -456,7 +457,7 @@ def score(rt, records, out, *, batch_size: int = 32, concurrency: int = 2, resum
                             (last_id, last_line):
                         raise InputError(f"{out} does not belong to this input: its line {skip} is id {last_id!r} "
                                          f"(input line {last_line}), input {skip} is id {_jsonable(record.id)!r} "
-                                         f"(input line {record.line})", code="score_output_mismatch")
+                                         f"(input line {record.line})", code=ec.SCORE_OUTPUT_MISMATCH)
                     continue
                 batch.append(record)
                 if len(batch) >= batch_size:
@@ -468,7 +469,7 @@ def score(rt, records, out, *, batch_size: int = 32, concurrency: int = 2, resum
             drain(0)
         if seen < skip:
             raise InputError(f"{out} does not belong to this input: it holds {skip} lines, the input only {seen} "
-                             f"records", code="score_output_mismatch")
+                             f"records", code=ec.SCORE_OUTPUT_MISMATCH)
         fh.flush()
         if owned:
             os.fsync(fh.fileno())

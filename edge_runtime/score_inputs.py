@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from . import error_codes as ec
 from .errors import InputError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -96,7 +97,7 @@ def _lines(path: Path, cap: int) -> Iterator[tuple[bytes | None, int]]:
 
 
 def _too_long(cap: int) -> InputError:
-    return InputError(f"input line is longer than {cap} bytes", code="input_too_large", limit=cap)
+    return InputError(f"input line is longer than {cap} bytes", code=ec.INPUT_TOO_LARGE, limit=cap)
 
 
 def read_text(path: Path, cap: int) -> Iterator[Record]:
@@ -108,7 +109,7 @@ def read_text(path: Path, cap: int) -> Iterator[Record]:
             yield Record(i, number, line.decode("utf-8"), line=number)
         except UnicodeDecodeError as exc:
             yield Record(i, number, error=InputError(f"line {number} is not valid UTF-8 ({exc.reason} at byte "
-                                                      f"{exc.start})", code="input_bad_encoding"), line=number)
+                                                      f"{exc.start})", code=ec.INPUT_BAD_ENCODING), line=number)
 
 
 def read_jsonl(path: Path, cap: int, field: str, id_field: str | None) -> Iterator[Record]:
@@ -121,18 +122,18 @@ def read_jsonl(path: Path, cap: int, field: str, id_field: str | None) -> Iterat
         try:
             obj = json.loads(line)
         except (ValueError, RecursionError) as exc:
-            yield Record(i, None, error=InputError(f"line {number} is not JSON: {exc}"[:300], code="input_bad_json"),
+            yield Record(i, None, error=InputError(f"line {number} is not JSON: {exc}"[:300], code=ec.INPUT_BAD_JSON),
                          line=number)
             continue
         if not isinstance(obj, dict):
             yield Record(i, None, error=InputError(f"line {number} is a JSON {type(obj).__name__}, not an object",
-                                                   code="input_bad_json"), line=number)
+                                                   code=ec.INPUT_BAD_JSON), line=number)
             continue
         rid = obj.get(id_field)
         if not isinstance(rid, (str, int, float, bool)) and rid is not None:
             rid = json.dumps(rid)[:200]
         if field not in obj:
-            yield Record(i, rid, error=InputError(f"line {number} has no field {field!r}", code="input_field_missing"),
+            yield Record(i, rid, error=InputError(f"line {number} has no field {field!r}", code=ec.INPUT_FIELD_MISSING),
                          line=number)
             continue
         value = obj[field]
@@ -151,14 +152,14 @@ def read_csv(path: Path, cap: int, column: str, id_column: str | None) -> Iterat
         except StopIteration:
             return
         except csv.Error as exc:
-            raise InputError(f"{path}: unreadable CSV header: {exc}", code="input_bad_csv") from None
+            raise InputError(f"{path}: unreadable CSV header: {exc}", code=ec.INPUT_BAD_CSV) from None
         if column not in header:
             raise InputError(f"{path}: no column {column!r} (columns: {', '.join(header)[:300]})",
-                             code="input_field_missing")
+                             code=ec.INPUT_FIELD_MISSING)
         col = header.index(column)
         if id_column:
             if id_column not in header:
-                raise InputError(f"{path}: no id column {id_column!r}", code="input_field_missing")
+                raise InputError(f"{path}: no id column {id_column!r}", code=ec.INPUT_FIELD_MISSING)
             id_col = header.index(id_column)
         else:       # the default: the ``id`` column when there is one (the --id-field help says so)
             id_col = header.index("id") if "id" in header else None
@@ -170,14 +171,14 @@ def read_csv(path: Path, cap: int, column: str, id_column: str | None) -> Iterat
             except StopIteration:
                 return
             except csv.Error as exc:
-                yield Record(i, None, error=InputError(f"row at line {start}: {exc}", code="input_bad_csv"),
+                yield Record(i, None, error=InputError(f"row at line {start}: {exc}", code=ec.INPUT_BAD_CSV),
                              line=start)
                 i += 1
                 continue
             rid = row[id_col] if id_col is not None and id_col < len(row) and row[id_col] != "" else None
             if col >= len(row):
                 yield Record(i, rid, error=InputError(f"row at line {start} has no {column!r} value",
-                                                      code="input_field_missing"), line=start)
+                                                      code=ec.INPUT_FIELD_MISSING), line=start)
             else:
                 yield Record(i, rid, row[col], line=start)
             i += 1
@@ -228,7 +229,7 @@ def input_fingerprint(path, fmt: str | None = None) -> dict:
             size, digest = _sha256_file(path)
             return {"kind": "file", "format": fmt, "bytes": size, "sha256": digest}
     except OSError as exc:
-        raise InputError(f"cannot read input {path}: {exc.strerror or exc}", code="input_file_unreadable") from None
+        raise InputError(f"cannot read input {path}: {exc.strerror or exc}", code=ec.INPUT_FILE_UNREADABLE) from None
     return {"kind": "other", "format": fmt, "sha256": None}
 
 
@@ -244,17 +245,17 @@ def read_records(path, fmt: str | None = None, *, field: str = "text", id_field:
                  cap: int = 8 << 20) -> RecordStream:
     path = Path(path)
     if not path.exists():
-        raise InputError(f"input {path} does not exist", code="input_missing")
+        raise InputError(f"input {path} does not exist", code=ec.INPUT_MISSING)
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
-        raise InputError(f"unknown input format {fmt!r} ({', '.join(FORMATS)})", code="input_invalid")
+        raise InputError(f"unknown input format {fmt!r} ({', '.join(FORMATS)})", code=ec.INPUT_INVALID)
     source = {"path": str(path), **effective_options(fmt, field, id_field)}
     if fmt == "images":
         if not path.is_dir():
-            raise InputError(f"{path} is not a folder of images", code="input_invalid")
+            raise InputError(f"{path} is not a folder of images", code=ec.INPUT_INVALID)
         return RecordStream(read_images(path), source)
     if path.is_dir():
-        raise InputError(f"{path} is a folder; --format {fmt} wants a file", code="input_invalid")
+        raise InputError(f"{path} is a folder; --format {fmt} wants a file", code=ec.INPUT_INVALID)
     if fmt == "text":
         return RecordStream(read_text(path, cap), source)
     if fmt == "jsonl":

@@ -33,6 +33,7 @@ from typing import Callable
 from edge_runtime.devices import registry
 from edge_runtime.devices.base import Suitability
 
+from . import error_codes as ec
 from .errors import ArtifactError, DeviceError
 
 
@@ -137,7 +138,7 @@ def check_targets(targets: list[str]) -> dict[str, list[str]]:
         if target not in known:
             raise ArtifactError(f"no device backend knows target {target!r} (known targets: "
                                 f"{', '.join(sorted(known)) or 'none'})", file="manifest.json",
-                                code="artifact_target_unknown")
+                                code=ec.ARTIFACT_TARGET_UNKNOWN)
     return known
 
 
@@ -159,7 +160,7 @@ def rank(variants: list[dict], hardware: dict, device: str = "auto", target: str
     want_backend, want_sub = parse_device(device)
     if want_backend is not None and want_backend not in registry.available_backends():
         raise DeviceError(f"unknown device {device!r} (backends: {', '.join(registry.available_backends())})",
-                          code="device_unknown")
+                          code=ec.DEVICE_UNKNOWN)
     rows = []
     for order, variant in enumerate(variants):
         if target and variant["target"] != target:
@@ -173,7 +174,7 @@ def rank(variants: list[dict], hardware: dict, device: str = "auto", target: str
                 rows.append({"variant": variant, "backend": name, "suitability": suit, "order": order,
                              "forced": name == want_backend and sub == want_sub})
     if not rows:
-        raise DeviceError(f"artifact has no {target!r} variant", code="device_no_variant")
+        raise DeviceError(f"artifact has no {target!r} variant", code=ec.DEVICE_NO_VARIANT)
     return rows
 
 
@@ -202,12 +203,12 @@ def choose(variants: list[dict], hardware: dict, device: str = "auto", strict: b
         reasons = "; ".join(f"{r['variant']['target']}: {r['suitability'].reason}" for r in rows if r["forced"]) or \
             f"{want_backend} runs none of the artifact's targets ({', '.join(v['target'] for v in variants)})"
         if strict:
-            raise DeviceError(f"device {device!r} cannot run this artifact: {reasons}", code="device_unavailable")
+            raise DeviceError(f"device {device!r} cannot run this artifact: {reasons}", code=ec.DEVICE_UNAVAILABLE)
         fallback = f"requested {device!r} is unavailable ({reasons})"
     usable = _in_policy_order([r for r in rows if r["suitability"].ok])
     if not usable:
         reasons = "; ".join(f"{r['backend']} for {r['variant']['target']}: {r['suitability'].reason}" for r in rows)
-        raise DeviceError(f"no device can run this artifact here: {reasons}", code="device_unavailable")
+        raise DeviceError(f"no device can run this artifact here: {reasons}", code=ec.DEVICE_UNAVAILABLE)
     best, decided_by, why = usable[0], "policy", None
     if measured is not None:
         picked = measured(usable, hardware)
@@ -245,6 +246,6 @@ def session_fallback(choice: Choice, sessions: list, strict: bool = False) -> st
         return None
     message = "; ".join(reasons)
     if strict:
-        raise DeviceError(f"{promised} is not what runs: {message}", code="device_fell_back",
+        raise DeviceError(f"{promised} is not what runs: {message}", code=ec.DEVICE_FELL_BACK,
                           promised=promised, actual=sessions[0].device)
     return message

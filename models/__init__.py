@@ -19,6 +19,7 @@ import sys
 import threading
 from edge_runtime.plugins import entry_point_refs, resolve_ref
 
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import EdgeRuntimeError, InputError
 
 GROUP = "edge_runtime.tasks"
@@ -34,7 +35,7 @@ class UnknownTask(InputError, KeyError):
     """No task is registered under the name asked for (the message names the known ones).
     Also a ``KeyError``, as the registry's lookups were before."""
 
-    code = "task_unknown"
+    code = ec.TASK_UNKNOWN
 
     def __str__(self) -> str:   # KeyError would quote the message
         return self.message
@@ -43,7 +44,7 @@ class UnknownTask(InputError, KeyError):
 class TaskInvalid(EdgeRuntimeError):
     """A registered task cannot be imported, or is not a Task (a broken plug-in: not the caller's)."""
 
-    code = "task_invalid"
+    code = ec.TASK_INVALID
 
 
 _lock = threading.Lock()

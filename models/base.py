@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
 
 log = logging.getLogger("edge_runtime")
@@ -87,7 +88,7 @@ class TaskMismatch(ValueError):
 
 def preprocess_error(message: str):
     """A ``--preprocess`` key or value the task cannot use (the caller's)."""
-    raise InputError(message, code="convert_preprocess_invalid")
+    raise InputError(message, code=ec.CONVERT_PREPROCESS_INVALID)
 
 
 def is_number(v) -> bool:
@@ -188,7 +189,7 @@ class Task:
     def load_samples(cls, path) -> list:
         """The raw inputs in a calibration / parity data file or folder."""
         raise InputError(f"task {cls.name or cls.__name__} has no sample loader: it cannot be converted "
-                         f"(calibration and parity data need one)", code="task_samples_unsupported")
+                         f"(calibration and parity data need one)", code=ec.TASK_SAMPLES_UNSUPPORTED)
 
     @classmethod
     def check_sample_path(cls, path, what: str) -> None:
@@ -234,7 +235,7 @@ class Task:
     def import_sections(cls, model: dict, options: dict, warnings: list) -> tuple[dict, dict]:
         """``(preprocess, postprocess)`` of a model imported as it is (``model``: ``inputs``,
         ``outputs``, ``ops``; ``options``: the ``import_options`` given; warnings appended)."""
-        raise InputError(f"import does not support task {cls.name!r}", code="import_task_unsupported")
+        raise InputError(f"import does not support task {cls.name!r}", code=ec.IMPORT_TASK_UNSUPPORTED)
 
     # -- helpers -----------------------------------------------------------
     @staticmethod
@@ -248,7 +249,7 @@ class Task:
         for spec in self.buckets[bucket]["outputs"]:
             if spec["name"] == name:
                 return spec
-        raise ArtifactError(f"model has no output {name!r}", file="manifest.json", code="manifest_field_invalid")
+        raise ArtifactError(f"model has no output {name!r}", file="manifest.json", code=ec.MANIFEST_FIELD_INVALID)
 
     def read_labels(self) -> list[str] | None:
         """The labels file's non-empty lines; duplicates are kept (each is its own
@@ -259,7 +260,7 @@ class Task:
         text = self._read_file(rel).decode("utf-8", "replace")
         labels = [line.strip() for line in text.splitlines() if line.strip()]
         if not labels:
-            raise ArtifactError("labels file is empty", file=rel, code="artifact_file_invalid")
+            raise ArtifactError("labels file is empty", file=rel, code=ec.ARTIFACT_FILE_INVALID)
         dup = duplicate_labels(labels)
         if dup:     # import warned and recorded it; at every load it is only logged (info), not printed
             log.info("%s: %s", rel, describe_duplicates(dup))
@@ -358,4 +359,4 @@ def _scores_by_class(out: TaskOutput) -> dict:
 
 
 def reject_type(raw, expected: str):
-    raise InputError(f"expected {expected}, got {type(raw).__name__}", code="input_wrong_type")
+    raise InputError(f"expected {expected}, got {type(raw).__name__}", code=ec.INPUT_WRONG_TYPE)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import InputError
 
 FORMATS = ("PNG", "JPEG", "BMP")
@@ -45,17 +46,17 @@ def _pil():
 
 def _read_path(path, limits) -> bytes:
     if not str(path):
-        raise InputError("image path is empty", code="input_empty")
+        raise InputError("image path is empty", code=ec.INPUT_EMPTY)
     p = Path(path)
     try:
         size = p.stat().st_size
     except OSError as exc:
-        raise InputError(f"cannot read image file {str(p)!r}: {exc.strerror}", code="input_file_unreadable") from None
+        raise InputError(f"cannot read image file {str(p)!r}: {exc.strerror}", code=ec.INPUT_FILE_UNREADABLE) from None
     if not p.is_file():
-        raise InputError(f"{str(p)!r} is not a file", code="input_file_unreadable")
+        raise InputError(f"{str(p)!r} is not a file", code=ec.INPUT_FILE_UNREADABLE)
     if size > limits.max_image_bytes:
         raise InputError(f"image file is {size} bytes, over the limit of {limits.max_image_bytes}",
-                         code="input_too_large", limit=limits.max_image_bytes)
+                         code=ec.INPUT_TOO_LARGE, limit=limits.max_image_bytes)
     return p.read_bytes()
 
 
@@ -68,29 +69,29 @@ def decode(raw, limits, mode: str):
         raw = _read_path(raw, limits)
     if not isinstance(raw, (bytes, bytearray, memoryview)):
         raise InputError(f"expected image bytes, a file path or a uint8 array, got {type(raw).__name__}",
-                         code="input_wrong_type")
+                         code=ec.INPUT_WRONG_TYPE)
     raw = bytes(raw)
     if not raw:
-        raise InputError("image is empty", code="input_empty")
+        raise InputError("image is empty", code=ec.INPUT_EMPTY)
     if len(raw) > limits.max_image_bytes:
         raise InputError(f"image is {len(raw)} bytes, over the limit of {limits.max_image_bytes}",
-                         code="input_too_large", limit=limits.max_image_bytes)
+                         code=ec.INPUT_TOO_LARGE, limit=limits.max_image_bytes)
     try:
         img = Image.open(io.BytesIO(raw), formats=list(FORMATS))
     except Exception as exc:
-        raise InputError(f"not a decodable PNG/JPEG/BMP image ({type(exc).__name__})", code="input_undecodable") from None
+        raise InputError(f"not a decodable PNG/JPEG/BMP image ({type(exc).__name__})", code=ec.INPUT_UNDECODABLE) from None
     w, h = img.size
     if w <= 0 or h <= 0:
-        raise InputError("image has no pixels", code="input_undecodable")
+        raise InputError("image has no pixels", code=ec.INPUT_UNDECODABLE)
     if w * h > limits.max_image_pixels:
         raise InputError(f"image is {w}x{h} = {w * h} pixels, over the limit of {limits.max_image_pixels}",
-                         code="input_too_many_pixels", limit=limits.max_image_pixels)
+                         code=ec.INPUT_TOO_MANY_PIXELS, limit=limits.max_image_pixels)
     try:
         img.load()
         return to_8bit(img).convert(mode)
     except Exception as exc:
         raise InputError(f"image data is truncated or corrupt ({type(exc).__name__}: {exc})",
-                         code="input_undecodable") from None
+                         code=ec.INPUT_UNDECODABLE) from None
 
 
 _WIDE_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
@@ -120,18 +121,18 @@ def to_8bit(img):
 def _from_array(arr: np.ndarray, limits, mode: str):
     Image = _pil()
     if arr.dtype != np.uint8:
-        raise InputError(f"image arrays must be uint8, got {arr.dtype}", code="input_wrong_dtype")
+        raise InputError(f"image arrays must be uint8, got {arr.dtype}", code=ec.INPUT_WRONG_DTYPE)
     if arr.ndim == 3 and arr.shape[2] == 1:
         arr = arr[:, :, 0]
     if not (arr.ndim == 2 or (arr.ndim == 3 and arr.shape[2] in (3, 4))):
         raise InputError(f"image arrays must be HxW or HxWxC with C in 1,3,4; got shape {list(arr.shape)}",
-                         code="input_wrong_shape")
+                         code=ec.INPUT_WRONG_SHAPE)
     h, w = arr.shape[:2]
     if h == 0 or w == 0:
-        raise InputError("image array has no pixels", code="input_empty")
+        raise InputError("image array has no pixels", code=ec.INPUT_EMPTY)
     if h * w > limits.max_image_pixels:
         raise InputError(f"image is {w}x{h} pixels, over the limit of {limits.max_image_pixels}",
-                         code="input_too_many_pixels", limit=limits.max_image_pixels)
+                         code=ec.INPUT_TOO_MANY_PIXELS, limit=limits.max_image_pixels)
     src_mode = "L" if arr.ndim == 2 else ("RGB" if arr.shape[2] == 3 else "RGBA")
     return Image.fromarray(np.ascontiguousarray(arr), mode=src_mode).convert(mode)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
 
 from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, dequantize, is_number,
@@ -102,7 +103,7 @@ class ImageClassification(Task):
         p = Path(path)
         if not p.is_dir() and p.suffix.lower() != ".npy":
             raise InputError(f"{what} {p}: image-classification takes a folder of PNG/JPEG/BMP images or a .npy of "
-                             f"uint8 images", code="convert_calibration_invalid")
+                             f"uint8 images", code=ec.CONVERT_CALIBRATION_INVALID)
 
     @classmethod
     def check_preprocess_values(cls, pre: dict) -> None:
@@ -175,29 +176,29 @@ class ImageClassification(Task):
         super().__init__(manifest, read_file, buckets)
         if len(buckets) != 1:
             raise ArtifactError("image classification takes exactly one bucket", file="manifest.json",
-                                code="manifest_field_invalid")
+                                code=ec.MANIFEST_FIELD_INVALID)
         inputs = buckets[0]["inputs"]
         if len(inputs) != 1:
             raise ArtifactError("image classification models take one input", file="manifest.json",
-                                code="manifest_field_invalid")
+                                code=ec.MANIFEST_FIELD_INVALID)
         self.input = inputs[0]
         _pil()  # import the decoder at load, not inside the first infer()'s latency
         channels = int(self.pre.get("channels", 3))
         self.mode = {1: "L", 3: "RGB"}.get(channels)
         if self.mode is None:
             raise ArtifactError(f"unsupported channel count {channels}", file="manifest.json",
-                                code="manifest_field_invalid")
+                                code=ec.MANIFEST_FIELD_INVALID)
         if "size" not in self.pre:
-            raise ArtifactError("image preprocess needs 'size'", file="manifest.json", code="manifest_field_missing")
+            raise ArtifactError("image preprocess needs 'size'", file="manifest.json", code=ec.MANIFEST_FIELD_MISSING)
         try:
             spec, n = classifier_output(buckets[0]["outputs"], self.post.get("output"))
         except NotAClassifier as exc:
-            raise ArtifactError(str(exc), file="manifest.json", code="artifact_task_mismatch") from None
+            raise ArtifactError(str(exc), file="manifest.json", code=ec.ARTIFACT_TASK_MISMATCH) from None
         self.output = spec["name"]
         self.labels = self.read_labels() or [str(i) for i in range(n)]
         if len(self.labels) != n:
             raise ArtifactError(f"{len(self.labels)} labels for {n} classes (output {self.output!r} "
-                                f"{spec['shape']})", file=self.post.get("labels"), code="artifact_labels_mismatch")
+                                f"{spec['shape']})", file=self.post.get("labels"), code=ec.ARTIFACT_LABELS_MISMATCH)
         self.keys = score_keys(self.labels)
         self.top_k = self.post.get("top_k", 5)
         self.apply_softmax = self.post.get("softmax", True)

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import InputError
 
 from .image import default_normalisation, input_plan, quantized_levels
@@ -63,12 +64,12 @@ def _floats(value, what: str) -> list[float]:
                 f = float(item)
         except (ValueError, ZeroDivisionError):
             raise InputError(f"{what}: {item!r} is not a number (write 0.5, 1/255 or 0.485,0.456,0.406)",
-                             code="import_preprocess_invalid") from None
+                             code=ec.IMPORT_PREPROCESS_INVALID) from None
         if not math.isfinite(f):
-            raise InputError(f"{what}: {item!r} is not finite", code="import_preprocess_invalid")
+            raise InputError(f"{what}: {item!r} is not finite", code=ec.IMPORT_PREPROCESS_INVALID)
         out.append(f)
     if not out:
-        raise InputError(f"{what} is empty", code="import_preprocess_invalid")
+        raise InputError(f"{what} is empty", code=ec.IMPORT_PREPROCESS_INVALID)
     return out
 
 
@@ -77,15 +78,15 @@ def _stated_normalisation(channels: int, scale=None, mean=None, std=None) -> dic
         return None
     sc = _floats(scale, "--scale") if scale is not None else [1 / 255]
     if len(sc) != 1 or sc[0] <= 0:
-        raise InputError(f"--scale must be one positive number, got {scale!r}", code="import_preprocess_invalid")
+        raise InputError(f"--scale must be one positive number, got {scale!r}", code=ec.IMPORT_PREPROCESS_INVALID)
     mn = _floats(mean, "--mean") if mean is not None else [0.0]
     sd = _floats(std, "--std") if std is not None else [1.0]
     for what, vals in (("--mean", mn), ("--std", sd)):
         if len(vals) not in (1, channels):
             raise InputError(f"{what} has {len(vals)} values for a {channels}-channel input (give 1 or {channels})",
-                             code="import_preprocess_invalid")
+                             code=ec.IMPORT_PREPROCESS_INVALID)
     if any(v == 0 for v in sd):
-        raise InputError("--std must not be 0", code="import_preprocess_invalid")
+        raise InputError("--std must not be 0", code=ec.IMPORT_PREPROCESS_INVALID)
     return {"scale": sc[0], "mean": mn, "std": sd}
 
 
@@ -123,7 +124,7 @@ def image_preprocess(spec: dict, *, resize: str = "bilinear-half-pixel", scale=N
     layout = image_layout(shape)
     if layout is None:
         raise InputError(f"image input must be [1, H, W, 1|3] or [1, 1|3, H, W], got {shape}",
-                         code="import_model_unsupported")
+                         code=ec.IMPORT_MODEL_UNSUPPORTED)
     h, w, c = (shape[1], shape[2], shape[3]) if layout == "NHWC" else (shape[2], shape[3], shape[1])
     pre = {"kind": "image", "size": [h, w], "channels": c, "layout": layout, "resize": resize}
     norm = _stated_normalisation(c, scale, mean, std)
@@ -156,7 +157,7 @@ def image_preprocess(spec: dict, *, resize: str = "bilinear-half-pixel", scale=N
                 f"scale {q['scale']:.6g} and zero point {q['zero_point']}, outside {dtype.name} "
                 f"{info.min}..{info.max}: they would be clipped. The normalisation does not fit the model's "
                 f"input; state the one it was trained with (--scale/--mean/--std){hint}",
-                code="import_normalisation_clips")
+                code=ec.IMPORT_NORMALISATION_CLIPS)
         share = (hi - lo) / (info.max - info.min)
         if share < _MIN_COVERAGE:
             warnings.append(f"the normalised pixels ({flo:.4g}..{fhi:.4g}) use {hi - lo:.1f} of the "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import InputError
 
 from .base import Outputs, Prepared, Task, TaskOutput, dequantize, preprocess_error, reject_type
@@ -38,9 +39,9 @@ class Tensors(Task):
     def check_sample_path(cls, path, what: str) -> None:
         p = Path(path)
         if p.is_dir():
-            raise InputError(f"{what} {p} is a directory; {_NPZ}", code="convert_calibration_invalid")
+            raise InputError(f"{what} {p} is a directory; {_NPZ}", code=ec.CONVERT_CALIBRATION_INVALID)
         if not zipfile.is_zipfile(p):
-            raise InputError(f"{what} {p} is not an .npz archive; {_NPZ}", code="convert_calibration_invalid")
+            raise InputError(f"{what} {p} is not an .npz archive; {_NPZ}", code=ec.CONVERT_CALIBRATION_INVALID)
 
     @classmethod
     def check_preprocess_values(cls, pre: dict) -> None:
@@ -70,7 +71,7 @@ class Tensors(Task):
             specs = {t["name"]: t for t in bucket["inputs"]}
             if set(raw) != set(specs):
                 raise InputError(f"inputs {sorted(map(str, raw))} do not match the model's {sorted(specs)}",
-                                 code="input_wrong_names")
+                                 code=ec.INPUT_WRONG_NAMES)
             feeds = {}
             for name, spec in specs.items():
                 arr = _as_array(raw[name], name, spec)
@@ -81,11 +82,11 @@ class Tensors(Task):
                     errors.append(f"{name}: shape {list(arr.shape)} (model wants {shape})")
                     break
                 if arr.dtype.kind == "f" and not allow_nonfinite and not np.isfinite(arr).all():
-                    raise InputError(f"input {name!r} contains NaN or infinity", code="input_nonfinite")
+                    raise InputError(f"input {name!r} contains NaN or infinity", code=ec.INPUT_NONFINITE)
                 feeds[name] = arr
             else:
                 return Prepared(bucket=idx, feeds=feeds)
-        raise InputError("no bucket fits the input: " + "; ".join(errors), code="input_wrong_shape")
+        raise InputError("no bucket fits the input: " + "; ".join(errors), code=ec.INPUT_WRONG_SHAPE)
 
     def finish(self, outputs, prepared) -> TaskOutput:
         specs = {t["name"]: t for t in self.buckets[prepared.bucket]["outputs"]}
@@ -125,19 +126,19 @@ def _as_array(value, name: str, spec: dict) -> np.ndarray:
             return value
         if value.dtype.kind in "biuf" and np.can_cast(value.dtype, dtype, casting="same_kind"):
             return value.astype(dtype)
-        raise InputError(f"input {name!r} has dtype {value.dtype}, model wants {dtype}", code="input_wrong_dtype")
+        raise InputError(f"input {name!r} has dtype {value.dtype}, model wants {dtype}", code=ec.INPUT_WRONG_DTYPE)
     if isinstance(value, (list, tuple, int, float)) and not isinstance(value, bool):
         try:
             arr = np.asarray(value)
         except (ValueError, TypeError) as exc:
-            raise InputError(f"input {name!r} is not a rectangular numeric array: {exc}", code="input_wrong_type") from None
+            raise InputError(f"input {name!r} is not a rectangular numeric array: {exc}", code=ec.INPUT_WRONG_TYPE) from None
         if arr.dtype.kind not in "biuf":
-            raise InputError(f"input {name!r} is not numeric", code="input_wrong_type")
+            raise InputError(f"input {name!r} is not numeric", code=ec.INPUT_WRONG_TYPE)
         if dtype.kind in "iu" and arr.dtype.kind == "f":
-            raise InputError(f"input {name!r} has floats, model wants {dtype}", code="input_wrong_dtype")
+            raise InputError(f"input {name!r} has floats, model wants {dtype}", code=ec.INPUT_WRONG_DTYPE)
         if dtype.kind in "iu" and arr.size:
             info = np.iinfo(dtype)
             if arr.min() < info.min or arr.max() > info.max:
-                raise InputError(f"input {name!r} has values outside {dtype}", code="input_out_of_range")
+                raise InputError(f"input {name!r} has values outside {dtype}", code=ec.INPUT_OUT_OF_RANGE)
         return arr.astype(dtype)
-    raise InputError(f"input {name!r}: expected an array, got {type(value).__name__}", code="input_wrong_type")
+    raise InputError(f"input {name!r}: expected an array, got {type(value).__name__}", code=ec.INPUT_WRONG_TYPE)

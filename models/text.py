@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
 
 from .base import Prepared, Task, reject_type
@@ -42,7 +43,7 @@ class TextTask(Task):
         p = Path(path)
         if p.is_dir():
             raise InputError(f"{what} {p} is a directory; text tasks take a .txt (one sample a line), .jsonl "
-                             f"('text') or .tsv (text<TAB>label) file", code="convert_calibration_invalid")
+                             f"('text') or .tsv (text<TAB>label) file", code=ec.CONVERT_CALIBRATION_INVALID)
 
     @staticmethod
     def text_preprocess(request, writer) -> dict:
@@ -56,11 +57,11 @@ class TextTask(Task):
 
         rel = self.pre.get("tokenizer")
         if not rel:
-            raise ArtifactError("text task without a tokenizer", file="manifest.json", code="manifest_field_missing")
+            raise ArtifactError("text task without a tokenizer", file="manifest.json", code=ec.MANIFEST_FIELD_MISSING)
         try:
             self.tokenizer = Tokenizer.from_str(read_file(rel).decode("utf-8"))
         except Exception as exc:
-            raise ArtifactError(f"tokenizer does not load: {exc}", file=rel, code="artifact_file_invalid") from None
+            raise ArtifactError(f"tokenizer does not load: {exc}", file=rel, code=ec.ARTIFACT_FILE_INVALID) from None
         lengths = []
         self._roles = []
         for b in buckets:
@@ -73,11 +74,11 @@ class TextTask(Task):
                         roles[role] = cand
             if "ids" not in roles:
                 raise ArtifactError(f"bucket {b['name']} has no token id input", file="manifest.json",
-                                    code="manifest_field_invalid")
+                                    code=ec.MANIFEST_FIELD_INVALID)
             shape = names[roles["ids"]]["shape"]
             if len(shape) != 2 or shape[0] != 1:
                 raise ArtifactError(f"bucket {b['name']}: token inputs must be [1, seq]", file="manifest.json",
-                                    code="manifest_field_invalid")
+                                    code=ec.MANIFEST_FIELD_INVALID)
             lengths.append(shape[1])
             self._roles.append({r: (n, np.dtype(names[n]["dtype"])) for r, n in roles.items()})
         self.lengths = lengths
@@ -112,18 +113,18 @@ class TextTask(Task):
                 raw = bytes(raw).decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise InputError(f"text is not valid UTF-8: {exc.reason} at byte {exc.start}",
-                                 code="input_bad_encoding") from None
+                                 code=ec.INPUT_BAD_ENCODING) from None
         if not isinstance(raw, str):
             reject_type(raw, "a text string")
         if len(raw) > limits.max_text_chars:
             raise InputError(f"text has {len(raw)} characters, over the limit of {limits.max_text_chars}",
-                             code="input_too_long", limit=limits.max_text_chars)
+                             code=ec.INPUT_TOO_LONG, limit=limits.max_text_chars)
         if not raw.strip():
-            raise InputError("text is empty", code="input_empty")
+            raise InputError("text is empty", code=ec.INPUT_EMPTY)
         try:
             raw.encode("utf-8")
         except UnicodeEncodeError:
-            raise InputError("text contains lone surrogates (not valid unicode)", code="input_bad_encoding") from None
+            raise InputError("text contains lone surrogates (not valid unicode)", code=ec.INPUT_BAD_ENCODING) from None
         return raw
 
     def prepare(self, raw, limits) -> Prepared:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError
 
 from .base import TaskOutput, classification_parity, dequantize, rank_classes, score_keys, softmax
@@ -30,7 +31,7 @@ class TextClassification(TextTask):
             self.labels = [str(i) for i in range(n)]
         if len(self.labels) != n:
             raise ArtifactError(f"{len(self.labels)} labels for {n} model outputs", file=self.post.get("labels"),
-                                code="artifact_labels_mismatch")
+                                code=ec.ARTIFACT_LABELS_MISMATCH)
         self.keys = score_keys(self.labels)          # "label#index" for a repeated label
         self.top_k = self.post.get("top_k")
         self.apply_softmax = self.post.get("softmax", True)
