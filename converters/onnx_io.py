@@ -90,7 +90,7 @@ def read_source(path) -> dict:
                          "float ONNX model", code="convert_source_unreadable")
     quantized = sorted({n.op_type for n in _all_nodes(model.graph) if n.op_type in QUANTIZED_OPS})
     if quantized:
-        counts = {}
+        counts: dict[str, int] = {}
         for n in _all_nodes(model.graph):
             if n.op_type in QUANTIZED_OPS:
                 counts[n.op_type] = counts.get(n.op_type, 0) + 1
