@@ -74,8 +74,13 @@ class Converter(abc.ABC):
 
     target: str = ""                       # the variant's target name
     suffix: str = ".onnx"                  # bucket model file suffix (".xml", ".mlpackage", ...)
-    recipes: tuple[str, ...] = ()          # recipe names --recipe may pick (empty: any is passed through)
     fallback_target: str | None = None     # built instead when this one is skipped (--allow-skip)
+
+    @property
+    def recipes(self) -> tuple[str, ...]:
+        """Recipe names --recipe may pick (empty: any is passed through); a subclass sets a
+        class attribute, or a property that imports its recipe table only when asked."""
+        return ()
 
     def unavailable(self) -> str | None:
         """Why this host cannot build the target (its toolchain is missing), else None."""

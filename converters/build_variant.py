@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edge_runtime.artifact import ArtifactWriter
 from edge_runtime import error_codes as ec
@@ -17,6 +18,9 @@ from .base import BucketBuild, BucketIO, BuildContext, Converter
 from .parity_trials import Measured, Reference, measure_target
 from .registry import ConversionFailed, ConverterInvalid, get_converter
 from .request import ConvertRequest, fingerprint, recipe_for, toolchain
+
+if TYPE_CHECKING:
+    from edge_runtime.models.base import Task
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,7 @@ class Samples:
 class Job:
     """One convert in progress: the request, where the artifact is assembled, the fp32 buckets."""
     req: ConvertRequest
-    task_cls: type
+    task_cls: type[Task]
     root: Path                      # the artifact's temporary directory
     work: Path                      # scratch, deleted after the convert
     writer: ArtifactWriter
@@ -137,7 +141,7 @@ def _bucket_record(job: Job, converter: Converter, target: str, name: str, build
     """The manifest's bucket record; the bucket's files hashed into the artifact."""
     rel = _rel(converter, target, name)
     dst = job.root / rel
-    bucket = {"name": name, "file": rel}
+    bucket: dict = {"name": name, "file": rel}
     if dst.is_dir():   # a package directory (.mlpackage): every file inside hashed
         tree = job.writer.add_tree(rel)
         entry = f"{rel}/{build.entry or ''}"

@@ -47,8 +47,12 @@ def fix_static_shapes(req: ConvertRequest, source: Path, src_inputs: list[dict],
             raise InputError(f"{req.source}: cannot fix static input shapes {dims}: {type(exc).__name__}: "
                              f"{str(exc)[:300]}", code=ec.CONVERT_SHAPE_INVALID) from None
 
-    fp32 = []
-    for seq in (req.buckets if task_of(req).sequence_buckets else [None]):
+    seqs: list[int | None] = [None]
+    if task_of(req).sequence_buckets:
+        assert req.buckets is not None, "the pipeline sets a sequence task's buckets first"
+        seqs = list(req.buckets)
+    fp32: list[Fp32Bucket] = []
+    for seq in seqs:
         try:
             dims = static_dims(src_inputs, seq_len=seq, overrides=req.input_shapes)
         except ValueError as exc:
@@ -100,10 +104,11 @@ def _load_samples(task_cls, path, what: str) -> list:
     return samples
 
 
-def _usable(task, samples, what: str, first_only: bool = False) -> tuple[int, dict | None]:
+def _usable(task, samples, what: str, first_only: bool = False) -> tuple[int, dict]:
     """How many samples the task can prepare for the model (what calibration and parity use),
     and the first one's feeds; none at all is an InputError quoting why the first failed."""
-    n, first, why = 0, None, None
+    n, why = 0, None
+    first: dict | None = None
     for s in samples:
         try:
             prep = task.prepare(s, DEFAULT_LIMITS)
@@ -115,7 +120,7 @@ def _usable(task, samples, what: str, first_only: bool = False) -> tuple[int, di
             first = prep.feeds
             if first_only:
                 break
-    if not n:
+    if first is None:     # set with the first usable sample: no sample fits
         raise InputError(f"none of the {len(samples)} {what} samples fits the model: {why}",
                          code=ec.CONVERT_CALIBRATION_INVALID)
     return n, first

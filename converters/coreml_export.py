@@ -263,7 +263,7 @@ def calibrate_w8a8(gm, examples: list[tuple], overrides: dict):
     dropped = 0
     for node in list(prepared.graph.nodes):    # linear outputs stay float (see the module doc)
         src = node.args[0] if node.args else None
-        if (is_fq(node) and getattr(src, "op", None) == "call_module"
+        if (is_fq(node) and src is not None and getattr(src, "op", None) == "call_module"
                 and isinstance(prepared.get_submodule(src.target), layers) and not quantizes_a_layer_input(node)):
             node.replace_all_uses_with(src)
             prepared.graph.erase_node(node)

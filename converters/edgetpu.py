@@ -113,7 +113,8 @@ class EdgeTpuConverter(Converter):
     def toolchain(self) -> dict:
         tc = TfliteInt8Converter().toolchain()
         try:
-            out = subprocess.run([self._compiler(), "--version"], capture_output=True, text=True, timeout=30)
+            # not on PATH: running the bare name fails, and the version is "?"
+            out = subprocess.run([self._compiler() or COMPILER, "--version"], capture_output=True, text=True, timeout=30)
             tc["edgetpu_compiler"] = (out.stdout or out.stderr).strip().splitlines()[0] if out.returncode == 0 else "?"
         except Exception:  # noqa: BLE001
             tc["edgetpu_compiler"] = "?"

@@ -137,7 +137,9 @@ def edgetpu_report(inspection: dict) -> dict:
         e = qerr[0]
         load_error = (f"TFLite refuses to load the model: {len(qerr)} tensor(s) with invalid quantization "
                       f"parameters (e.g. {e['name'] or '#' + str(e['tensor'])}: {e['reason']})")
-    ops, first, blocked = [], None, False
+    ops: list[dict] = []
+    first: dict | None = None     # the first op left on the CPU; set whenever ``blocked`` is
+    blocked = False
     for op in sg["operators"]:
         entry = {"index": op["index"], "op": op["op"]}
         if load_error:
@@ -146,7 +148,7 @@ def edgetpu_report(inspection: dict) -> dict:
             entry.update(placement="tpu", reason="compiled Edge TPU segment")
         elif (why := _boundary(op, sg_in, sg_out)) is not None:
             entry.update(placement="cpu", boundary=True, reason=why)
-        elif blocked:
+        elif blocked and first is not None:
             entry.update(placement="cpu", reason=f"after the first unsupported op #{first['index']}")
         else:
             why = "left on the CPU by the Edge TPU compiler" if compiled else _unsupported(op)

@@ -92,7 +92,7 @@ def read_source(path) -> dict:
                          "float ONNX model", code=ec.CONVERT_SOURCE_UNREADABLE)
     quantized = sorted({n.op_type for n in _all_nodes(model.graph) if n.op_type in QUANTIZED_OPS})
     if quantized:
-        counts = {}
+        counts: dict[str, int] = {}
         for n in _all_nodes(model.graph):
             if n.op_type in QUANTIZED_OPS:
                 counts[n.op_type] = counts.get(n.op_type, 0) + 1

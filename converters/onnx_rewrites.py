@@ -110,18 +110,19 @@ def smooth_quant(model, feeds: list[dict], alpha: float, exclude: set, op_types)
     sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
     del probe
     names = list(groups)
-    amax = {n: None for n in names}
+    amax: dict[str, np.ndarray | None] = {n: None for n in names}
     for feed in feeds:
         for name, x in zip(names, sess.run(names, feed)):
             m = np.abs(x.reshape(-1, x.shape[-1])).max(0)
-            amax[name] = m if amax[name] is None else np.maximum(amax[name], m)
+            prev = amax[name]
+            amax[name] = m if prev is None else np.maximum(prev, m)
     del sess
     done = []
     for k, (xname, nodes) in enumerate(groups.items()):
         ws = [numpy_helper.to_array(inits[n.input[1]]) for n, _ in nodes]
         wmax = np.max([np.abs(w.T if tb else w).max(1) for w, (_, tb) in zip(ws, nodes)], axis=0)
         xmax = amax[xname]
-        if xmax.shape != wmax.shape:
+        if xmax is None or xmax.shape != wmax.shape:   # None: no calibration feed measured it
             continue
         s = np.power(np.maximum(xmax, 1e-5), alpha) / np.power(np.maximum(wmax, 1e-5), 1 - alpha)
         s = np.clip(s, 1e-4, 1e4).astype(np.float32)

@@ -19,7 +19,7 @@ def _dims(value_info) -> list:
     t = value_info.type.tensor_type
     if not t.HasField("shape"):
         return []
-    out = []
+    out: list[int | str] = []
     for d in t.shape.dim:
         if d.HasField("dim_value"):
             out.append(int(d.dim_value))

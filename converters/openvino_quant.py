@@ -35,7 +35,7 @@ from __future__ import annotations
 
 RECIPES = ("cnn", "transformer", "transformer-fast", "accuracy-control")
 FLOAT_KINDS = ("gelu", "attention-out", "head")
-_RECIPE_DEFAULTS = {
+_RECIPE_DEFAULTS: dict[str, dict] = {
     "cnn": {"model_type": "none"},
     "transformer": {"model_type": "transformer", "float_matmuls": list(FLOAT_KINDS)},
     "transformer-fast": {"model_type": "transformer"},
@@ -78,7 +78,7 @@ def _fed_by_attention(node, hops: int = 4) -> bool:
     return False
 
 
-def _params(task: str, overrides: dict, model=None) -> dict:
+def _params(task: str, overrides: dict, model=None) -> tuple[dict, dict]:
     import nncf
 
     unknown = set(overrides) - _KNOWN_OVERRIDES
@@ -174,10 +174,10 @@ def quantize(fp32_onnx, out_xml, feeds: list[dict], *, task: str, recipe: str = 
     model = ov.convert_model(str(fp32_onnx))
     kw, record = _params(task, overrides, model)
     calib = nncf.Dataset(feeds)
-    info = {"scheme": "nncf-ptq-static", "weights": "int8 symmetric per-channel",
-            "activations": "int8 per-tensor (" + ("asymmetric where mixed" if record["preset"] == "mixed"
-                                                  else "symmetric") + ")",
-            "recipe": recipe, "nncf": record}
+    info: dict = {"scheme": "nncf-ptq-static", "weights": "int8 symmetric per-channel",
+                  "activations": "int8 per-tensor (" + ("asymmetric where mixed" if record["preset"] == "mixed"
+                                                        else "symmetric") + ")",
+                  "recipe": recipe, "nncf": record}
     if recipe == "accuracy-control":
         if task_obj is None or not prepared:
             raise ValueError("accuracy-control needs the task and prepared validation samples")

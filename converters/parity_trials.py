@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edge_runtime.devices import registry
 from edge_runtime import error_codes as ec
@@ -18,11 +19,14 @@ from edge_runtime.selection import choose
 from . import parity
 from .base import Converter
 
+if TYPE_CHECKING:
+    from edge_runtime.models.base import Task
+
 
 @dataclass
 class Reference:
     """The fp32 side every target is measured against."""
-    task: object            # the task over the fp32 buckets (same pre/post-processing)
+    task: Task              # the task over the fp32 buckets (same pre/post-processing)
     sessions: list          # fp32 sessions on onnxruntime:cpu, one per bucket
     held: list              # held-out samples
     data: str               # what the held-out samples are, for the record
@@ -41,9 +45,10 @@ class Measured:
 def measure_target(ref: Reference, target: str, converter: Converter, root: Path, buckets: list[dict], task_cand,
                    quant: dict, parity_files: list, budget: float, progress) -> Measured:
     """Parity (and the runtime options kept) of one built target."""
-    trials = []
+    trials: list[tuple[dict, dict]] = []
     par_target, par_buckets = target, buckets
     if parity_files:
+        assert converter.fallback_target, "build_variant refuses parity models without a fallback target"
         par_target = converter.fallback_target
         par_buckets = [dict(b, file=f) for b, f in zip(buckets, parity_files)]
     not_here = converter.parity_unavailable()

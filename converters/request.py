@@ -199,7 +199,7 @@ def sample_policy(req: ConvertRequest, n_calib: int, n_held: int, progress) -> d
             "parity": (n_held, req.min_parity_samples, WARN_PARITY_SAMPLES)}
     record, refused = {}, []
     for side, (n, minimum, warn) in rows.items():
-        rec = {"samples": n, "min_samples": minimum, "warn_below": warn}
+        rec: dict[str, object] = {"samples": n, "min_samples": minimum, "warn_below": warn}
         what = "calibration samples" if side == "calibration" else "held-out parity samples"
         if n < minimum:
             if not req.allow_few_samples:

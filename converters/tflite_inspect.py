@@ -193,8 +193,8 @@ def _tensor(sg, i: int, model, lim: _Limits, n_buffers: int, buf_cache: dict) ->
     variable = bool(t.IsVariable())
     const = nbytes > 0 and not variable
     dyn = [a for a, d in enumerate(sig) if d < 0]
-    info = {"index": i, "name": _text(t.Name()), "dtype": _DTYPES.get(int(t.Type()), f"type{int(t.Type())}"),
-            "shape": shape, "shape_signature": sig, "dynamic": bool(dyn), "constant": const}
+    info: dict = {"index": i, "name": _text(t.Name()), "dtype": _DTYPES.get(int(t.Type()), f"type{int(t.Type())}"),
+                  "shape": shape, "shape_signature": sig, "dynamic": bool(dyn), "constant": const}
     if variable:
         info["variable"] = True
     q = _quant(t, lim)
@@ -231,7 +231,9 @@ def _inspect(Model, op_names, buf: bytes, name: str | None) -> dict:
     subgraphs = []
     op_counts: Counter = Counter()
     act_dtypes, const_dtypes = set(), set()
-    custom_ops, flex_ops, dynamic_tensors, non_int8 = set(), set(), [], []
+    custom_ops, flex_ops = set(), set()
+    dynamic_tensors: list[dict] = []
+    non_int8: list[dict] = []
     edgetpu = False
     payload = 0
     used_buffers: set[int] = set()
@@ -263,7 +265,7 @@ def _inspect(Model, op_names, buf: bytes, name: str | None) -> dict:
             if ci < 0 or ci >= n_codes:
                 raise ValueError(f"subgraph {s} op {j}: opcode index {ci} out of range ({n_codes} codes)")
             opname, code, custom = codes[ci]
-            entry = {"index": j, "op": opname, "builtin_code": code}
+            entry: dict = {"index": j, "op": opname, "builtin_code": code}
             if custom is not None:
                 entry["custom_code"] = custom
                 entry["custom_options_bytes"] = int(op.CustomOptionsLength() or op.LargeCustomOptionsSize())

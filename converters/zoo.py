@@ -22,6 +22,8 @@ ZOO = Path(_models.__file__).resolve().parent / "zoo"
 def _recipe(name: str):
     path = ZOO / name / "recipe.py"
     spec = importlib.util.spec_from_file_location(f"edge_runtime_zoo_{name.replace('-', '_')}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the zoo recipe {path}")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod, path
@@ -39,7 +41,7 @@ def minilm_sources(cache: Path) -> Path:
 
 def convert_request(name: str, task: str, out: Path, cache: Path | None = None, **overrides):
     """The ConvertRequest for a zoo model (what the README and tests run)."""
-    from .pipeline import ConvertRequest
+    from .request import ConvertRequest
 
     if name == "digits-cnn":
         z = ZOO / "digits-cnn"

@@ -188,9 +188,9 @@ class DeviceOptions:
         return default if value is None else value
 
 
-def resolve_options(declared: Iterable[Option], options: Mapping | None, backend: str,
+def resolve_options(declarations: Iterable[Option], options: Mapping | DeviceOptions | None, backend: str,
                     provenance: Mapping | None = None) -> DeviceOptions:
-    """Validate ``options`` against ``declared``: an unknown key or a bad value is an
+    """Validate ``options`` against ``declarations``: an unknown key or a bad value is an
     ``InputError`` (code ``device_option_unknown`` / ``device_option_invalid``) that names the
     valid options; a bad environment value is a ``DeviceError``. Provenance keys (``why``)
     in ``options`` are moved to ``provenance``, never treated as options."""
@@ -198,7 +198,7 @@ def resolve_options(declared: Iterable[Option], options: Mapping | None, backend
 
     if isinstance(options, DeviceOptions):
         return options
-    declared = {o.name: o for o in declared}
+    declared: dict[str, Option] = {o.name: o for o in declarations}
     raw = dict(options or {})
     prov = dict(provenance or {})
     for key in PROVENANCE_KEYS:
@@ -212,7 +212,8 @@ def resolve_options(declared: Iterable[Option], options: Mapping | None, backend
         raise InputError(f"unknown device option{'s' if len(unknown) > 1 else ''} "
                          f"{', '.join(map(repr, unknown))} for {backend} (valid: {valid}){hint}",
                          code=ec.DEVICE_OPTION_UNKNOWN, option=unknown[0], backend=backend, valid=sorted(declared))
-    values, given = {}, {}
+    values: dict[str, Any] = {}
+    given: dict[str, Any] = {}
     for name, opt in declared.items():
         value = raw.get(name)
         if value is not None:

@@ -74,7 +74,7 @@ def provider_options(providers: list[str], model_path: Path, device_id: int, opt
         if name == "TensorrtExecutionProvider":
             qdq = is_qdq(model_path)
             int8 = qdq if options.get("int8") is None else bool(options.get("int8"))
-            trt = {"device_id": device_id, "trt_int8_enable": int8, "trt_fp16_enable": bool(options.get("fp16"))}
+            trt: dict[str, object] = {"device_id": device_id, "trt_int8_enable": int8, "trt_fp16_enable": bool(options.get("fp16"))}
             cache = cache_dir(options)
             if cache is not None:
                 why = writable_dir(cache)

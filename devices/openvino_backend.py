@@ -100,7 +100,7 @@ class OpenVinoSession(DeviceSession):
         self._ov_device = ov_device
         t0 = time.perf_counter()
         # compiling from the path lets a cache hit skip reading and hashing the graph
-        self._model = str(model_path)
+        self._model: str | None = str(model_path)     # None once released
         try:
             self._compiled = core().compile_model(self._model, ov_device, {**self._config, "PERFORMANCE_HINT": "LATENCY"})
         except Exception as exc:
@@ -125,7 +125,7 @@ class OpenVinoSession(DeviceSession):
             executed = [ov_device]
         self.executed_on = executed
         self.device = "openvino:" + (executed[0].lower() if ov_device == "AUTO" and executed else device)
-        self._tp = None          # (compiled THROUGHPUT model, AsyncInferQueue), made on first run_many
+        self._tp: list | None = None   # (compiled THROUGHPUT model, AsyncInferQueue), made on first run_many
         self._tp_lock = threading.Lock()
 
     # -- infer() -------------------------------------------------------------

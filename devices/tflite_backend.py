@@ -42,7 +42,7 @@ def interpreter_module():
         return mod, "ai-edge-litert"
     except Exception as first:  # noqa: BLE001 - any import failure means "not this one"
         try:
-            from tflite_runtime import interpreter as mod  # type: ignore
+            from tflite_runtime import interpreter as mod
 
             return mod, "tflite-runtime"
         except Exception as second:  # noqa: BLE001
@@ -67,7 +67,8 @@ def quiet_native_stderr():
     at DEBUG instead). Native errors therefore still reach stderr, only later. Without a
     usable fd 2 or temporary directory the block runs unredirected."""
     with _FD2_LOCK:
-        saved = tmp = None
+        saved: int | None = None
+        tmp = None
         try:
             tmp = tempfile.TemporaryFile()
             saved = os.dup(2)
@@ -75,7 +76,7 @@ def quiet_native_stderr():
             if tmp is not None:
                 tmp.close()
             tmp = None
-        if tmp is None:
+        if tmp is None or saved is None:    # saved is set whenever tmp is
             yield
             return
         _flush_stderr()
@@ -157,7 +158,7 @@ class TfliteSession(DeviceSession):
         self._pool = Pool(self._new, options.get("max_interpreters", 2))
 
     def _new(self):
-        kw = {"model_path": self._path}
+        kw: dict[str, object] = {"model_path": self._path}
         if self._delegate_factory is not None:
             kw["experimental_delegates"] = [self._delegate_factory()]
         else:
@@ -203,7 +204,7 @@ def _max_interpreters() -> Option:
 
 
 class _LiteRt(DeviceBackend):
-    packages = ("ai_edge_litert", "tflite_runtime")
+    packages: tuple[str, ...] = ("ai_edge_litert", "tflite_runtime")
     package_label = "a TFLite interpreter (ai-edge-litert or tflite-runtime)"
     install = "pip install 'edge-runtime[tflite]'"
 
@@ -245,7 +246,7 @@ class TfliteBackend(_LiteRt):
 def list_edge_tpus(hardware: dict) -> list[dict]:
     """Edge TPUs: Google's pycoral when importable, else what the probe found."""
     try:
-        from pycoral.utils.edgetpu import list_edge_tpus as coral_list  # type: ignore  # Coral system package
+        from pycoral.utils.edgetpu import list_edge_tpus as coral_list  # Coral system package
 
         return [dict(d) for d in coral_list()]
     except Exception:  # noqa: BLE001 - absent or not Google's

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 
 class OrtRaw:
@@ -42,7 +43,8 @@ class OvRaw:
         self.latency = self.core.compile_model(path, "CPU", {"PERFORMANCE_HINT": "LATENCY",
                                                              "INFERENCE_PRECISION_HINT": precision})
         self.request = self.latency.create_infer_request()
-        self._path, self._precision, self._tp = path, precision, None
+        self._path, self._precision = path, precision
+        self._tp: Any = None      # openvino.AsyncInferQueue, made on the first run_async
 
     def run(self, feeds):
         return self.request.infer(feeds)
@@ -78,7 +80,7 @@ class TfliteRaw:
             self.interp.allocate_tensors()
         self.ins = {d["name"]: d["index"] for d in self.interp.get_input_details()}
         self.outs = [d["index"] for d in self.interp.get_output_details()]
-        self.rename = {}
+        self.rename: dict[str, str] = {}
 
     def run(self, feeds):
         for name, arr in feeds.items():

@@ -56,7 +56,8 @@ def warm_latency(rt, raws, samples, calls: int, repeats: int) -> dict:
         if sample is None:
             continue
         raw = raws[idx]
-        ours_r, raw_r = [], []
+        ours_r: list[dict] = []
+        raw_r: list[dict] = []
         for rep in range(repeats):            # whole blocks, order swapped each round
             order = [("ours", lambda: rt.infer(sample)), ("raw", lambda: raw.run(rt.task.prepare(sample, rt.limits).feeds))]
             if raw is None:
@@ -168,7 +169,7 @@ def cold_start(rt, samples, calls: int, repeats: int, device: str) -> dict:
                                               "options": rt.device_options}, default=str))
     res = {"bucket": bucket["name"]}
     modes = ["ours", "raw"] if rt.choice.backend_name in _raw_backends() else ["ours"]
-    got = {m: [] for m in modes}
+    got: dict[str, list[tuple[float, int]]] = {m: [] for m in modes}
     for rep in range(repeats):
         for m in (modes if rep % 2 == 0 else modes[::-1]):
             got[m].append(_child(m, rt.artifact.root, device, tmp / f"{m}.json", calls))

@@ -272,10 +272,10 @@ def _parity_text(p: dict) -> str:
     if value is None or p.get("metric") in (None, "none", "not_measured"):
         why = p.get("not_measured") or p.get("note") or p.get("reason") or "no parity value recorded"
         return f"parity not measured ({why})"
-    extra = [f"min {_r4(p['min'])}" if p.get("min") is not None else None,
+    parts = [f"min {_r4(p['min'])}" if p.get("min") is not None else None,
              f"{p['samples']} samples" if p.get("samples") else None,
              f"budget {_r4(p['budget'])}" if p.get("budget") is not None else None]
-    extra = [x for x in extra if x]
+    extra = [x for x in parts if x]
     return f"parity {p['metric']} {_r4(value)}" + (f" ({', '.join(extra)})" if extra else "")
 
 

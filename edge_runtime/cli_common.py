@@ -38,7 +38,7 @@ from .errors import EdgeRuntimeError, InputError
 _NEWLINES = re.compile(r"\s*[\r\n]+\s*")
 
 
-def one_line(text: str) -> str:
+def one_line(text: object) -> str:
     return _NEWLINES.sub(" ", str(text)).strip()
 
 

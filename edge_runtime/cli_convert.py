@@ -114,7 +114,8 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
       edge-infer convert model.onnx -o out/t --task tensors --calibration feeds.npz
           (feeds.npz: numpy.savez(F, input_name=array[N, ...]), one array per input)
     """
-    from edge_runtime.converters.pipeline import ConvertRequest, convert as run_convert
+    from edge_runtime.converters.pipeline import convert as run_convert
+    from edge_runtime.converters.request import ConvertRequest
     from edge_runtime.errors import ParityError
 
     bucket_list = None

@@ -52,7 +52,8 @@ def eval_cmd(artifact, data, device, require_device, device_option, limit, min_a
 
     with load(artifact, device=device, strict=require_device, device_options=device_options(device_option)) as rt:
         rep = evaluate(rt, data, limit=limit)
-    sk, problem = rep["skipped"], None
+    sk = rep["skipped"]
+    problem: EdgeRuntimeError | None = None
     if fail_on_skip and sk["count"]:
         problem = InputError(f"{sk['count']} rows skipped ({', '.join(f'{k} {v}' for k, v in sk['by_reason'].items())})"
                              f" and --fail-on-skip was given", code=ec.EVAL_ROWS_SKIPPED)

@@ -28,7 +28,7 @@ class EdgeRuntimeError(Exception):
         self.details = details
 
     def to_dict(self) -> dict:
-        out = {"type": type(self).__name__, "code": self.code, "message": self.message}
+        out: dict = {"type": type(self).__name__, "code": self.code, "message": self.message}
         if self.details:
             out["details"] = {k: _json_safe(v) for k, v in self.details.items()}
         return out

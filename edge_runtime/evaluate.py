@@ -152,7 +152,8 @@ def _folder_rows(p: Path, labels, skipped: Skipped) -> Iterator[tuple[object, st
 def read_labelled(path, labels=None, limit: int | None = None):
     """(samples [(raw, label, where)], Skipped, header dict or None), reading at most ``limit`` samples."""
     p = Path(path)
-    skipped, header = Skipped(), {}
+    skipped = Skipped()
+    header: dict = {}
     if p.is_dir():
         rows = _folder_rows(p, labels, skipped)
     elif p.is_file():
@@ -188,7 +189,9 @@ def evaluate(rt, path, limit: int | None = None) -> dict:
         raise InputError(f"{path}: nothing to evaluate, all {skipped.count} rows skipped ({skipped.summary()}); "
                          f"first: {first.get('path') or 'line ' + str(first.get('line'))}: {first['detail']}"[:600],
                          code=ec.EVAL_NOTHING_EVALUATED, skipped=skipped.to_dict())
-    correct, errors, error_examples, latencies = 0, {}, [], []
+    correct, latencies = 0, []
+    errors: dict[str, int] = {}
+    error_examples: list[dict] = []
     for raw, truth, where in samples:
         try:
             res = rt.infer(raw)

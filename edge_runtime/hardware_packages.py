@@ -21,6 +21,7 @@ import importlib.machinery
 import importlib.util
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 BACKEND_PACKAGES = ("onnxruntime", "openvino", "ai_edge_litert", "tflite_runtime", "coremltools", "tensorrt")
@@ -56,7 +57,7 @@ def packages_present(python_path: list | None = None) -> dict[str, bool]:
 
 
 def _dist_infos(site: Path, prefix: str) -> list[dict]:
-    out = []
+    out: list[dict] = []
     try:
         entries = sorted(os.listdir(site))
     except OSError:
@@ -106,10 +107,10 @@ def onnxruntime_build(python_path: list | None = None) -> dict | None:
     }
 
 
-def vendor_libraries(root: Path, env: dict | None = None) -> dict[str, str | None]:
+def vendor_libraries(root: Path, env: Mapping[str, str] | None = None) -> dict[str, str | None]:
     """First file found for each vendor library in the usual folders and $LD_LIBRARY_PATH (under ``root``)."""
-    env = os.environ if env is None else env
-    dirs = [d.lstrip("/") for d in (env.get("LD_LIBRARY_PATH") or "").split(":") if d] + list(LIB_DIRS)
+    environ: Mapping[str, str] = os.environ if env is None else env
+    dirs = [d.lstrip("/") for d in (environ.get("LD_LIBRARY_PATH") or "").split(":") if d] + list(LIB_DIRS)
     present = [rel for rel in dict.fromkeys(dirs) if os.path.isdir(root / rel)]
     return {name: next((f"/{rel}/{f}" for rel in present for f in files if os.path.exists(root / rel / f)), None)
             for name, files in VENDOR_LIBS.items()}

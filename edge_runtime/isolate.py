@@ -88,7 +88,8 @@ def _worker_main(conn, backend_name, buckets, sub, options, provenance, shm_name
             for name in (in_name, out_name):
                 shm = shared_memory.SharedMemory(name=name)
                 try:                               # the parent owns (and unlinks) the blocks
-                    resource_tracker.unregister(shm._name, "shared_memory")
+                    # the tracker's key is the private ``_name`` (with the leading "/"), not ``name``
+                    resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
                 except Exception:  # noqa: BLE001
                     pass
                 blocks.append(shm)
@@ -147,7 +148,8 @@ class IsolatedWorker:
             names.append((shm_in.name, shm_out.name))
         self._names = names
         self._finalizer = weakref.finalize(self, IsolatedWorker._release, self._blocks)
-        self.proc = self.conn = None
+        self.proc: subprocess.Popen | None = None
+        self.conn: Connection | None = None
         self.restarts = 0
         self.crashes: list[str] = []
         self._closed = False
@@ -224,28 +226,30 @@ class IsolatedWorker:
             if self.proc is None:             # a restart that failed or has not happened: start now
                 self._start()
                 self.restarts += 1
+            proc, conn = self.proc, self.conn
+            assert proc is not None and conn is not None     # _start() set both or raised
             ins, outs = self._views[idx]
             for name, view in ins.items():
                 view[...] = feeds[name]
-            self.conn.send(("run", idx))
+            conn.send(("run", idx))
             while True:
                 if cancel is not None and cancel.fired:
                     self._kill()
                     self._restart_later()
                     raise TimeoutError("deadline passed: the worker was stopped and is restarting")
                 try:
-                    if self.conn.poll(0.002):
-                        msg = self.conn.recv()
+                    if conn.poll(0.002):
+                        msg = conn.recv()
                         break
                 except (EOFError, OSError):
                     msg = None
                     break
-                if self.proc.poll() is not None and not self.conn.poll(0):
+                if proc.poll() is not None and not conn.poll(0):
                     msg = None
                     break
             if msg is None:
-                proc = self._kill()
-                why = _signal_name(proc.returncode if proc is not None else None)
+                killed = self._kill()
+                why = _signal_name(killed.returncode if killed is not None else None)
                 self.crashes.append(why)
                 self._restart_later()
                 raise WorkerDied(f"the {self.backend_name} worker process died ({why}) while running bucket "

@@ -146,18 +146,25 @@ def prometheus_text(snapshots) -> str:
 
     family("edge_runtime_info", "gauge", "The loaded model, its variant and the device it runs on.",
            lambda s, base: lines.append(f"edge_runtime_info{_labels(s['labels'])} 1"))
+
+    def latency(s, base):
+        for b, h in s["latency_seconds"].items():
+            _histogram(lines, "edge_runtime_inference_latency_seconds",
+                       {**base, "device": s["labels"].get("device", ""), "bucket": b}, h)
+
     family("edge_runtime_inference_latency_seconds", "histogram",
-           "infer() latency per device and bucket, input received to result (successful calls).",
-           lambda s, base: [_histogram(lines, "edge_runtime_inference_latency_seconds",
-                                       {**base, "device": s["labels"].get("device", ""), "bucket": b}, h)
-                            for b, h in s["latency_seconds"].items()])
+           "infer() latency per device and bucket, input received to result (successful calls).", latency)
     family("edge_runtime_input_length", "histogram",
            "Input length before truncation (tokens, pixels or elements): the drift signal.",
            lambda s, base: _histogram(lines, "edge_runtime_input_length",
                                       {**base, "unit": s["input_length"]["unit"]}, s["input_length"]))
-    family("edge_runtime_errors_total", "counter", "Failed calls per error class and code.",
-           lambda s, base: [lines.append(f"edge_runtime_errors_total{_labels({**base, 'type': e['type'], 'code': e['code']})} "
-                                         f"{e['count']}") for e in s["errors"]])
+
+    def errors(s, base):
+        for e in s["errors"]:
+            lines.append(f"edge_runtime_errors_total{_labels({**base, 'type': e['type'], 'code': e['code']})} "
+                         f"{e['count']}")
+
+    family("edge_runtime_errors_total", "counter", "Failed calls per error class and code.", errors)
     family("edge_runtime_truncated_total", "counter", "Inputs truncated to the largest bucket.",
            lambda s, base: lines.append(f"edge_runtime_truncated_total{_labels(base)} {s['truncated']}"))
     family("edge_runtime_fallbacks_total", "counter", "Device fallbacks taken at load (reason in rt.info()).",

@@ -14,11 +14,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
 from edge_runtime.devices import registry
-from edge_runtime.devices.base import PROVENANCE_KEYS, SessionCrashed
+from edge_runtime.devices.base import PROVENANCE_KEYS, BatchSession, Session, SessionCrashed
 from edge_runtime.models import get_task
 
 from . import hardware as hw
@@ -76,7 +77,7 @@ class Runtime:
         self.limits: Limits = DEFAULT_LIMITS.merged(man.get("limits"), source="manifest").merged(limits)
         self.task = get_task(man["task"])(man, self.artifact.read_bytes, self.variant["buckets"])
         sub = self.choice.suitability.device.partition(":")[2] or None
-        self._sessions = []
+        self._sessions: list[Session] = []
         self.isolated = bool(isolate)
         try:
             if isolate:
@@ -85,7 +86,7 @@ class Runtime:
                 worker = IsolatedWorker(self.choice.backend_name,
                                         [(str(self.artifact.path(b["file"])), b) for b in self.variant["buckets"]],
                                         sub, dict(self.device_options), dict(self.runtime_provenance))
-                self._sessions = worker.sessions()
+                self._sessions.extend(worker.sessions())
             extra = {"provenance": dict(self.runtime_provenance)} if self.runtime_provenance else {}
             for bucket in ([] if isolate else self.variant["buckets"]):
                 try:
@@ -164,7 +165,7 @@ class Runtime:
             if caps.batch_warmup:
                 t0 = time.perf_counter()
                 try:
-                    sess.prepare_many()
+                    cast(BatchSession, sess).prepare_many()    # batch_warmup declares the batch protocol
                 except Exception as exc:
                     raise DeviceError(f"batch-path warm-up of bucket {bucket['name']} failed on {self.device}: "
                                       f"{exc}", code=ec.DEVICE_WARMUP_FAILED) from exc
@@ -259,7 +260,7 @@ class Runtime:
                 out.append(exc)
         return out
 
-    def _infer_one(self, raw, lim: Limits, t0: float, t_end: float, deadline: int, trace_id):
+    def _infer_one(self, raw, lim: Limits, t0: float, t_end: float, deadline: float, trace_id):
         if self._closed:
             raise InferenceRuntimeError("runtime is closed", code=ec.RUNTIME_CLOSED, device=self.device,
                                         variant=self.variant["target"])
@@ -431,7 +432,7 @@ def device_options_for(backend, variant: dict, caller: dict | None) -> tuple[dic
     return {**rec, **given.given}, provenance, ignored
 
 
-def _positive(ms) -> int:
+def _positive(ms) -> float:
     if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not ms > 0 or ms != ms:
         raise InputError(f"deadline_ms must be a positive number, got {ms!r}", code=ec.LIMIT_INVALID)
     return ms

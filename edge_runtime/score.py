@@ -125,11 +125,11 @@ class Summary:
                 "latency_basis": LATENCY_BASIS, "warnings": list(self.warnings)}
 
 
-def _dominant_type(error_types: dict) -> type:
+def _dominant_type(error_types: dict) -> type[EdgeRuntimeError]:
     """The most frequent error type's class (a tie: the higher exit code, i.e. ours before the caller's)."""
-    classes = {name: getattr(_errors, name, None) for name in error_types}
-    classes = {n: c if isinstance(c, type) and issubclass(c, EdgeRuntimeError) else EdgeRuntimeError
-               for n, c in classes.items()}
+    found = {name: getattr(_errors, name, None) for name in error_types}
+    classes: dict[str, type[EdgeRuntimeError]] = {
+        n: c if isinstance(c, type) and issubclass(c, EdgeRuntimeError) else EdgeRuntimeError for n, c in found.items()}
     if not classes:
         return EdgeRuntimeError
     name = max(classes, key=lambda n: (error_types[n], classes[n].exit_code))

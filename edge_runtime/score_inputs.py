@@ -157,6 +157,7 @@ def read_csv(path: Path, cap: int, column: str, id_column: str | None) -> Iterat
             raise InputError(f"{path}: no column {column!r} (columns: {', '.join(header)[:300]})",
                              code=ec.INPUT_FIELD_MISSING)
         col = header.index(column)
+        id_col: int | None
         if id_column:
             if id_column not in header:
                 raise InputError(f"{path}: no id column {id_column!r}", code=ec.INPUT_FIELD_MISSING)

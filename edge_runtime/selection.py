@@ -67,7 +67,7 @@ class Rule:
     why: str
     test: Callable[[dict, str], bool] = _always     # (hardware, target) -> does the condition hold
 
-    def matches(self, family: str, tier: str, hardware: dict, target: str) -> bool:
+    def matches(self, family: str, tier: str | None, hardware: dict, target: str) -> bool:
         return self.family in ("*", family) and self.tier in ("*", tier) and self.test(hardware, target)
 
 

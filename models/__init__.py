@@ -68,7 +68,7 @@ def _entry_points() -> dict[str, str]:
 def task_refs() -> dict[str, object]:
     """name -> "module:attr" (or a class given to :func:`register`), sorted by name."""
     with _lock:
-        refs = dict(_BUILTIN)
+        refs: dict[str, object] = dict(_BUILTIN)
         refs.update(_entry_points())
         refs.update(_registered)
     return dict(sorted(refs.items()))

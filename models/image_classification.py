@@ -184,10 +184,11 @@ class ImageClassification(Task):
         self.input = inputs[0]
         _pil()  # import the decoder at load, not inside the first infer()'s latency
         channels = int(self.pre.get("channels", 3))
-        self.mode = {1: "L", 3: "RGB"}.get(channels)
-        if self.mode is None:
+        mode = {1: "L", 3: "RGB"}.get(channels)
+        if mode is None:
             raise ArtifactError(f"unsupported channel count {channels}", file="manifest.json",
                                 code=ec.MANIFEST_FIELD_INVALID)
+        self.mode: str = mode
         if "size" not in self.pre:
             raise ArtifactError("image preprocess needs 'size'", file="manifest.json", code=ec.MANIFEST_FIELD_MISSING)
         try:

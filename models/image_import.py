@@ -48,6 +48,7 @@ def image_layout(shape: list[int]) -> str | None:
 
 def _floats(value, what: str) -> list[float]:
     """``0.5``, ``"1/255"``, ``"0.485,0.456,0.406"`` or a list of those → floats."""
+    items: list
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         items = [value]
     elif isinstance(value, str):

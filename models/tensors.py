@@ -90,7 +90,8 @@ class Tensors(Task):
 
     def finish(self, outputs, prepared) -> TaskOutput:
         specs = {t["name"]: t for t in self.buckets[prepared.bucket]["outputs"]}
-        out, raw = {}, {}
+        out: dict[str, np.ndarray] = {}
+        raw: dict[str, np.ndarray] = {}
         for k, v in outputs.items():
             v = np.asarray(v)
             spec = specs.get(k)
@@ -98,8 +99,8 @@ class Tensors(Task):
                 raw[k] = v
                 v = dequantize(v, spec)
             out[k] = v
-        raw = raw or None
-        return TaskOutput(outputs=Outputs(out, raw=raw), raw_outputs=raw)
+        raw_or_none = raw or None
+        return TaskOutput(outputs=Outputs(out, raw=raw_or_none), raw_outputs=raw_or_none)
 
     @staticmethod
     def compare(reference, candidate) -> dict:

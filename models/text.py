@@ -36,7 +36,7 @@ class TextTask(Task):
     recipe_family = "transformer"
     needs_tokenizer = True
     manifest_sections = {"preprocess": {"tokenizer": str}}
-    manifest_files = ("tokenizer",)
+    manifest_files: tuple[str, ...] = ("tokenizer",)
 
     @classmethod
     def check_sample_path(cls, path, what: str) -> None:

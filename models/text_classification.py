@@ -25,10 +25,9 @@ class TextClassification(TextTask):
     def __init__(self, manifest, read_file, buckets):
         super().__init__(manifest, read_file, buckets)
         self.output = self.post.get("output", "logits")
-        self.labels = self.read_labels()
+        labels = self.read_labels()
         n = self.output_spec(self.output)["shape"][-1]
-        if self.labels is None:
-            self.labels = [str(i) for i in range(n)]
+        self.labels: list[str] = [str(i) for i in range(n)] if labels is None else labels
         if len(self.labels) != n:
             raise ArtifactError(f"{len(self.labels)} labels for {n} model outputs", file=self.post.get("labels"),
                                 code=ec.ARTIFACT_LABELS_MISMATCH)

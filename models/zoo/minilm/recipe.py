@@ -287,8 +287,9 @@ def build(out_dir, sst2=None) -> dict:
     ex_mask = (ex_ids != 0).long()
     example = (ex_ids, ex_mask, torch.zeros_like(ex_ids))
     axes = {n: {0: "batch", 1: "seq"} for n in INPUT_NAMES}
-    specs = [("embedding.onnx", Embedding(), "last_hidden_state", {0: "batch", 1: "seq"}),
-             ("classifier.onnx", Classifier(), "logits", {0: "batch"})]
+    specs: list[tuple[str, torch.nn.Module, str, dict[int, str]]] = [
+        ("embedding.onnx", Embedding(), "last_hidden_state", {0: "batch", 1: "seq"}),
+        ("classifier.onnx", Classifier(), "logits", {0: "batch"})]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for fname, module, output, out_axes in specs:
