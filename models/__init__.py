@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from edge_runtime.plugins import entry_point_refs, resolve_ref
+from edge_runtime.plugins import entry_point_refs, forget_scan, resolve_ref
 
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import EdgeRuntimeError, InputError
@@ -95,6 +95,7 @@ def refresh() -> None:
     with _lock:
         _scanned = None
         _resolved.clear()
+    forget_scan()
 
 
 def unknown_task(name) -> UnknownTask:
