@@ -267,6 +267,8 @@ BACKEND_CRASHED: Final = _code("backend_crashed", "runtime",
                                "The process running the backend crashed during the call; a new one is starting.")
 RUNTIME_CLOSED: Final = _code("runtime_closed", "runtime", "The runtime was closed before or during the call.")
 RESULT_NONFINITE: Final = _code("result_nonfinite", "runtime", "The model produced NaN or infinity.")
+NON_FINITE_OUTPUT: Final = _code("non_finite_output", "runtime",
+                                 "The device returned NaN or infinity in a float output: a device fault, never a result.")
 
 # -- parity: a convert's (ParityError, exit 7) ------------------------------------------------------
 PARITY_BELOW_BUDGET: Final = _code("parity_below_budget", "parity",

@@ -76,6 +76,7 @@ class Runtime:
         self.variant = self.choice.variant
         self.limits: Limits = DEFAULT_LIMITS.merged(man.get("limits"), source="manifest").merged(limits)
         self.task = get_task(man["task"])(man, self.artifact.read_bytes, self.variant["buckets"])
+        self._nonfinite_ok = self.task.allows_nonfinite_outputs      # the guard in _finish, read once
         sub = self.choice.suitability.device.partition(":")[2] or None
         self._sessions: list[Session] = []
         self.isolated = bool(isolate)
@@ -301,11 +302,24 @@ class Runtime:
         )
 
     def _finish(self, outputs, prepared):
+        if not self._nonfinite_ok:
+            self._check_finite(outputs, prepared)
         try:
             return self.task.finish(outputs, prepared)
         except Exception as exc:
             raise InferenceRuntimeError(f"post-processing failed: {type(exc).__name__}: {exc}",
                                         device=self.device, variant=self.variant["target"]) from exc
+
+    def _check_finite(self, outputs, prepared) -> None:
+        """A float output holding NaN or infinity is a failure of this device, never a result (a broken
+        driver, a miscompiled kernel); integer (quantized) outputs cannot hold one and are not scanned."""
+        for name, arr in outputs.items():
+            if getattr(arr, "dtype", None) is not None and arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+                bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+                raise InferenceRuntimeError(
+                    f"{self.device} returned {bad} non-finite value(s) (NaN or infinity) in output {name!r} of "
+                    f"bucket {self.variant['buckets'][prepared.bucket]['name']}", code=ec.NON_FINITE_OUTPUT,
+                    device=self.device, variant=self.variant["target"], output=name)
 
     def _fail(self, exc, prepared):
         return InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "

@@ -179,6 +179,12 @@ class Task:
         does not pay for first-use code paths (decoders, tokenizer caches)."""
         return None
 
+    @property
+    def allows_nonfinite_outputs(self) -> bool:
+        """Whether NaN/infinity in a float output is a legitimate result of this artifact. Default no:
+        the runtime refuses such an output (``non_finite_output``) before ``finish`` sees it."""
+        return False
+
     def bucket_samples(self, limits) -> list:
         """One raw input per bucket that ``prepare`` routes to that bucket (None where there is
         none): what the benchmark times each bucket with. Default: the warm-up sample each."""

@@ -52,6 +52,11 @@ class Tensors(Task):
     def import_sections(cls, model, options, warnings):
         return {"kind": "tensors"}, {}
 
+    @property
+    def allows_nonfinite_outputs(self) -> bool:
+        # an artifact built to pass NaN/inf through (--preprocess allow_nonfinite) may return them too
+        return bool(self.pre.get("allow_nonfinite", False))
+
     def bucket_samples(self, limits) -> list:
         return [{t["name"]: np.zeros(t["shape"], dtype=t["dtype"]) for t in b["inputs"]} for b in self.buckets]
 
