@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from . import manifest as mf
 from . import error_codes as ec
 from .errors import ArtifactError
+from .records import Manifest, Variant
 
 _CHUNK = 1 << 20
 
@@ -58,7 +59,7 @@ class Artifact:
     record itself is never changed (``verified``: every file was hashed when it was built)."""
 
     root: Path
-    manifest: dict
+    manifest: Manifest
     verified: bool = False
     verify_ms: float = 0.0
 
@@ -75,7 +76,7 @@ class Artifact:
         return self.manifest["task"]
 
     @property
-    def variants(self) -> list[dict]:
+    def variants(self) -> list[Variant]:
         return self.manifest["variants"]
 
     def path(self, rel: str) -> Path:
@@ -90,7 +91,7 @@ class Artifact:
         except UnicodeDecodeError as exc:
             raise ArtifactError(f"not UTF-8 text: {exc}", file=rel, code=ec.ARTIFACT_FILE_INVALID) from None
 
-    def variant(self, target: str) -> dict:
+    def variant(self, target: str) -> Variant:
         for v in self.variants:
             if v["target"] == target:
                 return v

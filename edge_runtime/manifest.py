@@ -22,7 +22,7 @@ from typing import Any
 
 from . import error_codes as ec
 from .errors import ArtifactError
-from .frozen import FrozenDict, freeze
+from . import records
 
 FORMAT = "edge-runtime-artifact"
 FORMAT_VERSION = 1
@@ -70,7 +70,7 @@ def _reject_duplicates(pairs):
     return seen
 
 
-def parse(raw: bytes) -> FrozenDict:
+def parse(raw: bytes) -> records.Manifest:
     """Parse and validate manifest bytes; every failure is an ``ArtifactError``."""
     if len(raw) > MAX_MANIFEST_BYTES:
         raise ArtifactError(f"manifest is {len(raw)} bytes, over the {MAX_MANIFEST_BYTES} byte limit",
@@ -84,7 +84,7 @@ def parse(raw: bytes) -> FrozenDict:
                             code=ec.MANIFEST_UNPARSABLE) from None
     check_seal(data)
     validate(data)
-    return freeze(data)         # read-only from here on: nothing downstream changes a validated manifest
+    return records.build(data)   # typed and read-only from here on: nothing downstream changes it
 
 
 def seal(data: dict) -> str:

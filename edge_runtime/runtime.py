@@ -29,6 +29,7 @@ from .errors import (ArtifactError, DeviceError, EdgeRuntimeError, InferenceRunt
                      InputError)
 from .batch_path import run_grouped
 from .limits import DEFAULT_LIMITS, Limits
+from .records import Manifest, Variant
 from .metrics import RuntimeMetrics
 from .result import InferenceResult
 from .selection import choose, session_fallback
@@ -73,9 +74,9 @@ class Runtime:
         verify_files(self.artifact, self.verified_files)
         self.verify_ms = (time.perf_counter() - t_verify) * 1000
         rest = BackgroundVerify(self.artifact, [f for f in man["files"] if f not in set(self.verified_files)])
-        self.variant = self.choice.variant
+        self.variant = cast(Variant, self.choice.variant)
         self.limits: Limits = DEFAULT_LIMITS.merged(man.get("limits"), source="manifest").merged(limits)
-        self.task = get_task(man["task"])(man, self.artifact.read_bytes, self.variant["buckets"])
+        self.task = get_task(man.task)(man, self.artifact.read_bytes, self.variant.buckets)
         self._nonfinite_ok = self.task.allows_nonfinite_outputs      # the guard in _finish, read once
         sub = self.choice.suitability.device.partition(":")[2] or None
         self._sessions: list[Session] = []
@@ -85,13 +86,13 @@ class Runtime:
                 from .isolate import IsolatedWorker
 
                 worker = IsolatedWorker(self.choice.backend_name,
-                                        [(str(self.artifact.path(b["file"])), b) for b in self.variant["buckets"]],
+                                        [(str(self.artifact.path(b.file)), b) for b in self.variant.buckets],
                                         sub, dict(self.device_options), dict(self.runtime_provenance))
                 self._sessions.extend(worker.sessions())
             extra = {"provenance": dict(self.runtime_provenance)} if self.runtime_provenance else {}
-            for bucket in ([] if isolate else self.variant["buckets"]):
+            for bucket in ([] if isolate else self.variant.buckets):
                 try:
-                    sess = backend.load(self.artifact.path(bucket["file"]), bucket, sub, dict(self.device_options),
+                    sess = backend.load(self.artifact.path(bucket.file), bucket, sub, dict(self.device_options),
                                         **extra)
                 except EdgeRuntimeError:
                     raise
@@ -117,7 +118,7 @@ class Runtime:
                 _logged_fallbacks.add(msg)
                 log.warning(msg)
         self._metrics = RuntimeMetrics({"model": self.artifact.name, "version": self.artifact.version,
-                                        "task": man["task"], "target": self.variant["target"], "device": self.device})
+                                        "task": man.task, "target": self.variant.target, "device": self.device})
         if self.choice.fallback:
             self._metrics.fallback(self.choice.fallback)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edge-infer")
@@ -138,15 +139,15 @@ class Runtime:
 
     # -- lifecycle ---------------------------------------------------------
     def _warm_up(self):
-        for sess, bucket in zip(self._sessions, self.variant["buckets"]):
-            feeds = {t["name"]: np.ones(t["shape"], dtype=t["dtype"]) for t in bucket["inputs"]}
+        for sess, bucket in zip(self._sessions, self.variant.buckets):
+            feeds = {t.name: np.ones(t.shape, dtype=t.dtype) for t in bucket.inputs}
             t0 = time.perf_counter()
             try:
                 sess.run(feeds)
             except Exception as exc:
                 raise DeviceError(f"warm-up of bucket {bucket['name']} failed on {self.device}: {exc}",
                                   code=ec.DEVICE_WARMUP_FAILED) from exc
-            self.warmup_ms[bucket["name"]] = round((time.perf_counter() - t0) * 1000, 3)
+            self.warmup_ms[bucket.name] = round((time.perf_counter() - t0) * 1000, 3)
         sample = self.task.warmup_sample()
         if sample is not None:  # the whole path once: decoder/tokenizer first-use costs stay out of infer()
             t0 = time.perf_counter()
@@ -162,7 +163,7 @@ class Runtime:
         model) compile and warm it now rather than inside the first batch. Not part
         of ``load()``: an ``infer()``-only app should not pay for it. Returns ms per bucket."""
         out = {}
-        for sess, bucket, caps in zip(self._sessions, self.variant["buckets"], self.capabilities):
+        for sess, bucket, caps in zip(self._sessions, self.variant.buckets, self.capabilities):
             if caps.batch_warmup:
                 t0 = time.perf_counter()
                 try:
@@ -170,7 +171,7 @@ class Runtime:
                 except Exception as exc:
                     raise DeviceError(f"batch-path warm-up of bucket {bucket['name']} failed on {self.device}: "
                                       f"{exc}", code=ec.DEVICE_WARMUP_FAILED) from exc
-                out[bucket["name"]] = round((time.perf_counter() - t0) * 1000, 3)
+                out[bucket.name] = round((time.perf_counter() - t0) * 1000, 3)
         self.warmup_ms.update({f"batch:{k}": v for k, v in out.items()})
         return out
 
@@ -264,7 +265,7 @@ class Runtime:
     def _infer_one(self, raw, lim: Limits, t0: float, t_end: float, deadline: float, trace_id):
         if self._closed:
             raise InferenceRuntimeError("runtime is closed", code=ec.RUNTIME_CLOSED, device=self.device,
-                                        variant=self.variant["target"])
+                                        variant=self.variant.target)
         prepared = self._prepare(raw, lim)
         sess = self._sessions[prepared.bucket]
         remaining = t_end - time.perf_counter()
@@ -294,9 +295,9 @@ class Runtime:
     def _result(self, res, prepared, t0, trace_id) -> InferenceResult:
         return InferenceResult(
             prediction=res.prediction, scores=res.scores, embedding=res.embedding,
-            latency_ms=(time.perf_counter() - t0) * 1000, device=self.device, target=self.variant["target"],
+            latency_ms=(time.perf_counter() - t0) * 1000, device=self.device, target=self.variant.target,
             model=self.artifact.name, version=self.artifact.version, trace_id=trace_id or uuid.uuid4().hex,
-            bucket=self.variant["buckets"][prepared.bucket]["name"], truncated=prepared.truncated,
+            bucket=self.variant.buckets[prepared.bucket].name, truncated=prepared.truncated,
             input_length=prepared.length, outputs=res.outputs, class_id=res.class_id, top_k=res.top_k,
             raw_outputs=res.raw_outputs,
         )
@@ -308,7 +309,7 @@ class Runtime:
             return self.task.finish(outputs, prepared)
         except Exception as exc:
             raise InferenceRuntimeError(f"post-processing failed: {type(exc).__name__}: {exc}",
-                                        device=self.device, variant=self.variant["target"]) from exc
+                                        device=self.device, variant=self.variant.target) from exc
 
     def _check_finite(self, outputs, prepared) -> None:
         """A float output holding NaN or infinity is a failure of this device, never a result (a broken
@@ -319,12 +320,12 @@ class Runtime:
                 raise InferenceRuntimeError(
                     f"{self.device} returned {bad} non-finite value(s) (NaN or infinity) in output {name!r} of "
                     f"bucket {self.variant['buckets'][prepared.bucket]['name']}", code=ec.NON_FINITE_OUTPUT,
-                    device=self.device, variant=self.variant["target"], output=name)
+                    device=self.device, variant=self.variant.target, output=name)
 
     def _fail(self, exc, prepared):
         return InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "
                                      f"{self.variant['buckets'][prepared.bucket]['name']}: {type(exc).__name__}: {exc}",
-                                     device=self.device, variant=self.variant["target"],
+                                     device=self.device, variant=self.variant.target,
                                      code=ec.BACKEND_CRASHED if isinstance(exc, SessionCrashed) else None)
 
     def _timeout(self, deadline):
@@ -370,7 +371,7 @@ class Runtime:
             if entry is not None:
                 WATCHDOG.disarm(entry)
             raise InferenceRuntimeError(f"runtime is closed: {exc}", code=ec.RUNTIME_CLOSED, device=self.device,
-                                        variant=self.variant["target"]) from None
+                                        variant=self.variant.target) from None
         try:
             return future.result(timeout=remaining)
         except FutureTimeout:
@@ -389,10 +390,10 @@ class Runtime:
         man = self.artifact.manifest
         return {
             "artifact": str(Path(self.artifact.root).resolve()),
-            "model": man["model"]["name"],
+            "model": man.name,
             "version": man["model"]["version"],
-            "task": man["task"],
-            "target": self.variant["target"],
+            "task": man.task,
+            "target": self.variant.target,
             "backend": self.choice.backend_name,
             "isolated": self.isolated,
             "device": self.device,
@@ -401,15 +402,15 @@ class Runtime:
             "decided_by": self.choice.decided_by,
             "fallback": self.choice.fallback,
             "candidates": self.choice.candidates,
-            "buckets": [{"name": b["name"], "inputs": b["inputs"], "outputs": b["outputs"]}
-                        for b in self.variant["buckets"]],
+            "buckets": [{"name": b.name, "inputs": b.inputs, "outputs": b.outputs}
+                        for b in self.variant.buckets],
             "sessions": [s.info() for s in self._sessions],
             "device_options": self.device_options,
             "runtime_provenance": self.runtime_provenance,
             "recorded_options_ignored": self.recorded_options_ignored,
             "capabilities": [dataclasses.asdict(c) for c in self.capabilities],
-            "quantization": self.variant["quantization"],
-            "parity": self.variant["parity"],
+            "quantization": self.variant.quantization,
+            "parity": self.variant.parity,
             "limits": self.limits.to_dict(),
             "verify_ms": round(self.verify_ms, 3),
             "verified_files": len(self.verified_files),

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from edge_runtime.devices import registry
 from edge_runtime.devices.base import Suitability
@@ -150,7 +150,7 @@ def parse_device(device: str | None) -> tuple[str | None, str | None]:
     return name, (sub or None)
 
 
-def rank(variants: list[dict], hardware: dict, device: str = "auto", target: str | None = None) -> list[dict]:
+def rank(variants: Sequence[dict], hardware: dict, device: str = "auto", target: str | None = None) -> list[dict]:
     """Every (variant, backend) pair placed for ``hardware``; the forced backend also with its default device.
 
     Rows: ``variant``, ``backend``, ``suitability`` (placed), ``order`` (variant order in the
@@ -189,7 +189,7 @@ def _in_policy_order(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (-r["suitability"].score, r["order"]))
 
 
-def choose(variants: list[dict], hardware: dict, device: str = "auto", strict: bool = False,
+def choose(variants: Sequence[dict], hardware: dict, device: str = "auto", strict: bool = False,
            target: str | None = None, measured: Measured | None = None) -> Choice:
     rows = rank(variants, hardware, device, target)
     want_backend, _ = parse_device(device)

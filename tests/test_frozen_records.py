@@ -82,3 +82,26 @@ def test_frozen_json_reads_compares_and_serialises_as_plain_json():
         derived["a"][1]["shape"].append(9)                           # a derived copy is the caller's to change
     assert f["a"][1]["shape"] == [1, 3]
     assert type(copy.copy(f)) is dict and isinstance(copy.copy(f)["a"], FrozenList)   # shallow: nested stay frozen
+
+
+def test_the_manifest_parses_into_typed_records_that_equal_the_json(make_artifact):
+    from edge_runtime.records import Bucket, Manifest, TensorSpec, Variant
+
+    art = make_artifact("text-classification")
+    raw = json.loads((art / "manifest.json").read_text())
+    with er.load(art, device="fake") as rt:
+        m = rt.artifact.manifest
+        assert isinstance(m, Manifest) and m == raw                     # the same JSON, read-only and typed
+        assert m.task == raw["task"] and m.name == raw["model"]["name"] and m.version == raw["model"]["version"]
+        v = rt.variant
+        assert isinstance(v, Variant) and v.target == raw["variants"][0]["target"]
+        assert [b.name for b in v.buckets] == [b["name"] for b in raw["variants"][0]["buckets"]]
+        b = v.buckets[0]
+        assert isinstance(b, Bucket) and b.file == raw["variants"][0]["buckets"][0]["file"]
+        t = b.inputs[0]
+        assert isinstance(t, TensorSpec) and t.shape == tuple(raw["variants"][0]["buckets"][0]["inputs"][0]["shape"])
+        assert t.dtype == "int64" and t.quantization is None and isinstance(b.outputs[0], TensorSpec)
+        assert v.runtime == raw["variants"][0].get("runtime", {}) and v.parity == raw["variants"][0]["parity"]
+        with pytest.raises(AttributeError):
+            t.shape = (1, 2)          # properties: no setter
+        assert json.loads(json.dumps(m)) == raw
