@@ -33,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from .frozen import freeze
+from . import records
 from .hardware_cpu import darwin_cpu, darwin_sysctl, linux_cpu
 from .hardware_packages import BACKEND_PACKAGES, onnxruntime_build, packages_present, vendor_libraries
 
@@ -200,7 +200,7 @@ PROBES: tuple[tuple[str, Callable[[Probe], object]], ...] = (
 
 def detect(root: str | os.PathLike = "/", *, system: str | None = None, machine: str | None = None,
            sysctl: Callable[[str], object] | dict | None = None, python_path: list | None = None,
-           env: dict | None = None) -> dict:
+           env: dict | None = None) -> records.Hardware:
     """Probe the machine under ``root``. ``sysctl`` (a dict or a callable) replaces macOS's
     sysctl lookup, ``python_path`` the folders searched for packages, ``env`` the environment
     (``LD_LIBRARY_PATH``); each defaults to the real thing."""
@@ -213,11 +213,11 @@ def detect(root: str | os.PathLike = "/", *, system: str | None = None, machine:
     p.found.update(system=p.system, machine=p.machine)
     for key, probe in PROBES:
         p.found[key] = probe(p)
-    return freeze(p.found)      # read-only: one probe, one record, never changed after
+    return records.hardware(p.found)     # typed and read-only: one probe, one record, never changed after
 
 
 @lru_cache(maxsize=1)
-def detect_cached() -> dict:
+def detect_cached() -> records.Hardware:
     return detect()
 
 

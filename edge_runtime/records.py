@@ -155,3 +155,76 @@ def build(data: dict) -> Manifest:
     body = dict(data)
     body["variants"] = _list(_variant(v) for v in data["variants"])
     return cast(Manifest, _as(Manifest, body))
+
+
+class CpuInfo(FrozenDict):
+    """The host CPU: ``vendor``, ``model``, ``cores``, ISA ``features``, ``int8_dot`` (VNNI/AMX/dotprod:
+    int8 dot products without int16 saturation)."""
+
+    __slots__ = ()
+
+    @property
+    def vendor(self) -> str | None:
+        return cast("str | None", self.get("vendor"))
+
+    @property
+    def model(self) -> str | None:
+        return cast("str | None", self.get("model"))
+
+    @property
+    def cores(self) -> int | None:
+        return cast("int | None", self.get("cores"))
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return tuple(self.get("features") or ())
+
+    @property
+    def int8_dot(self) -> bool:
+        return bool(self.get("int8_dot"))
+
+
+class Hardware(FrozenDict):
+    """What ``hardware.detect()`` found, read-only and typed (the JSON keys stay readable as before)."""
+
+    __slots__ = ()
+
+    @property
+    def system(self) -> str:
+        return cast(str, self.get("system", ""))
+
+    @property
+    def machine(self) -> str:
+        return cast(str, self.get("machine", ""))
+
+    @property
+    def cpu(self) -> CpuInfo:
+        return cast(CpuInfo, self.get("cpu") or _as(CpuInfo, {}))
+
+    @property
+    def packages(self) -> FrozenDict:
+        return cast(FrozenDict, self.get("packages") or FrozenDict())
+
+    @property
+    def apple_silicon(self) -> bool:
+        return bool(self.get("apple_silicon"))
+
+    @property
+    def jetson(self) -> FrozenDict | None:
+        return cast("FrozenDict | None", self.get("jetson"))
+
+    @property
+    def nvidia_gpus(self) -> list:
+        return cast(list, self.get("nvidia_gpus") or [])
+
+    @property
+    def edgetpus(self) -> list:
+        return cast(list, self.get("edgetpus") or [])
+
+
+def hardware(found: dict) -> Hardware:
+    """A probe's findings -> the typed, read-only hardware record."""
+    body = dict(found)
+    if isinstance(found.get("cpu"), dict):
+        body["cpu"] = _as(CpuInfo, found["cpu"])
+    return cast(Hardware, _as(Hardware, body))

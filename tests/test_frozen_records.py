@@ -105,3 +105,13 @@ def test_the_manifest_parses_into_typed_records_that_equal_the_json(make_artifac
         with pytest.raises(AttributeError):
             t.shape = (1, 2)          # properties: no setter
         assert json.loads(json.dumps(m)) == raw
+
+
+def test_the_hardware_record_is_typed():
+    from edge_runtime.records import CpuInfo, Hardware
+
+    h = hw.detect()
+    assert isinstance(h, Hardware) and isinstance(h.cpu, CpuInfo)
+    assert h.cpu.int8_dot == bool(h["cpu"].get("int8_dot")) and h.cpu.features == tuple(h["cpu"]["features"])
+    assert h.system == h["system"] and h.machine == h["machine"] and h.edgetpus == h["edgetpus"]
+    assert json.loads(json.dumps(h)) == json.loads(json.dumps(dict(h)))
