@@ -21,7 +21,9 @@ from pathlib import Path
 
 from edge_runtime.artifact import ArtifactWriter
 from edge_runtime.devices import registry
-from edge_runtime.errors import ArtifactError, InputError, ParityError
+from edge_runtime.errors import ArtifactError, EdgeRuntimeError, InputError, ParityError
+from edge_runtime.hardware import detect_cached
+from edge_runtime.host import host_record
 from edge_runtime.manifest import FORMAT, FORMAT_VERSION
 
 from .build_variant import Job, build_variant
@@ -58,8 +60,11 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
         source_record = record_source(job, source_info, source, src_inputs, src_outputs, samples)
         with reference_sessions(job) as sessions:
             reference = Reference(task_ref, sessions, samples.held, samples.data, req.min_parity)
+            probe = write_probe(job, reference, progress)
             variants = [build_variant(job, target, samples, reference, progress) for target in targets]
         manifest = _manifest(req, source_record, pre, post, variants, skipped, t_start)
+        if probe is not None:
+            manifest["probe"] = probe
         job.writer.write_manifest(manifest)
         _parity_gate(variants)
         _move_into_place(tmp, out)
@@ -118,8 +123,38 @@ def _manifest(req: ConvertRequest, source_record: dict, pre: dict, post: dict, v
         "limits": dict(req.limits),
         "variants": variants,
         **({"skipped_targets": skipped} if skipped else {}),
-        "build": {"seconds": round(time.perf_counter() - t_start, 1), "host": platform.machine()},
+        "build": {"seconds": round(time.perf_counter() - t_start, 1), "host": platform.machine(),
+                  "host_info": host_record(detect_cached())},
     }
+
+
+def write_probe(job: Job, ref: Reference, progress) -> dict | None:
+    """The probe set (``edge_runtime.probe``): the first held-out samples that prepare, with the
+    fp32 source's results for them, written into the artifact; its manifest section."""
+    from edge_runtime import probe
+    from edge_runtime.limits import DEFAULT_LIMITS
+
+    want = job.req.probe_samples
+    if want <= 0:
+        return None
+    raws: list = []
+    results: list = []
+    for raw in ref.held:
+        if len(raws) >= want:
+            break
+        try:
+            prepared = ref.task.prepare(raw, DEFAULT_LIMITS)
+        except EdgeRuntimeError:
+            continue          # not a parity sample either (parity.measure skips it the same way)
+        raws.append(raw)
+        results.append(ref.task.finish(ref.sessions[prepared.bucket].run(prepared.feeds), prepared))
+    inputs, reference, section = probe.build(raws, results, count=want, max_bytes=job.req.probe_max_bytes,
+                                             source=f"the first held-out parity samples ({ref.data})")
+    job.writer.add_file(probe.INPUTS, data=inputs)
+    job.writer.add_file(probe.REFERENCE, data=reference)
+    progress(f"probe set: {section['samples']} held-out samples with their fp32 results "
+             f"({section['bytes']} bytes, cap {section['max_bytes']})")
+    return section
 
 
 def _parity_gate(variants: list[dict]) -> None:

@@ -84,6 +84,9 @@ class ConvertRequest:
     allow_few_samples: bool = False    # under the minimums: warn and go on instead of refusing
     allow_skip: bool = False           # a target whose toolchain is missing: skip it (and build its fallback)
                                        # instead of refusing; the CLI passes False unless --allow-skip
+    probe_samples: int = 32            # held-out inputs kept in the artifact with their fp32 results
+                                       # (edge_runtime.probe: verify / tune on the target); 0 keeps none
+    probe_max_bytes: int = 4 * 1024 * 1024   # the probe set's cap in bytes (fewer samples when they are big)
 
 
 def _sample_bytes(s) -> bytes:
@@ -170,6 +173,9 @@ def check_options(req: ConvertRequest) -> None:
                  ec.CONVERT_BUCKETS_INVALID)
         if not req.buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in req.buckets):
             _bad(f"--buckets must be positive integers, got {req.buckets!r}", ec.CONVERT_BUCKETS_INVALID)
+    for what, n, least in (("probe_samples", req.probe_samples, 0), ("probe_max_bytes", req.probe_max_bytes, 1)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < least:
+            _bad(f"{what.replace('_', '-')} must be an integer >= {least}, got {n!r}", ec.CONVERT_REQUEST_INVALID)
     for what, n in (("min_calibration_samples", req.min_calibration_samples),
                     ("min_parity_samples", req.min_parity_samples)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:

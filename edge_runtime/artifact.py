@@ -130,11 +130,14 @@ def load_artifact(path: str | os.PathLike, *, verify: bool = True) -> Artifact:
 
 def variant_files(manifest: dict, variant: dict) -> list[str]:
     """The files one variant runs on: its own bucket files and every file no
-    other variant owns (tokenizer, labels, ...)."""
+    other variant owns (tokenizer, labels, ...) but the probe set, which only a
+    verify reads (it is hashed with the other variants' files, meanwhile)."""
     def owned(v):
         return {rel for b in v["buckets"] for rel in [b["file"], *b.get("extra_files", [])]}
 
     others = set().union(*(owned(v) for v in manifest["variants"] if v is not variant)) - owned(variant)
+    probe = manifest.get("probe") or {}
+    others |= {probe[k] for k in ("inputs", "reference") if k in probe}
     return [rel for rel in manifest["files"] if rel not in others]
 
 

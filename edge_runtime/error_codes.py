@@ -235,6 +235,10 @@ MANIFEST_VERSION_UNKNOWN: Final = _code("manifest_version_unknown", "artifact",
 MANIFEST_FIELD_MISSING: Final = _code("manifest_field_missing", "artifact", "The manifest lacks a field it needs.")
 MANIFEST_FIELD_INVALID: Final = _code("manifest_field_invalid", "artifact",
                                       "A manifest field has the wrong type or value.")
+PROBE_MISSING: Final = _code("probe_missing", "artifact",
+                             "The artifact has no probe set to verify with (re-convert it with this edge-runtime).")
+PROBE_INVALID: Final = _code("probe_invalid", "artifact", "The artifact's probe set does not decode or does not match "
+                             "its manifest.")
 MANIFEST_SHAPE_DYNAMIC: Final = _code("manifest_shape_dynamic", "artifact",
                                       "A tensor shape in the manifest is not static.")
 MANIFEST_TASK_UNKNOWN: Final = _code("manifest_task_unknown", "artifact",
@@ -273,6 +277,9 @@ NON_FINITE_OUTPUT: Final = _code("non_finite_output", "runtime",
 # -- parity: a convert's (ParityError, exit 7) ------------------------------------------------------
 PARITY_BELOW_BUDGET: Final = _code("parity_below_budget", "parity",
                                    "The int8 model's agreement with fp32 is under --min-parity; nothing was written.")
+PARITY_BELOW_BUDGET_HERE: Final = _code("parity_below_budget_here", "parity",
+                                        "On this machine's device the artifact's probe set measures parity under "
+                                        "its budget (edge-infer verify, load(verify=True)).")
 
 # -- other (EdgeRuntimeError itself, exit 1) --------------------------------------------------------
 EDGE_RUNTIME_ERROR: Final = _code("edge_runtime_error", "other", "An error with no more specific code.")

@@ -171,12 +171,24 @@ def validate(data: Any) -> None:
                 if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in tensor["shape"]):
                     raise ArtifactError(f"{bwhere}: tensor {tensor['name']!r} shape {tensor['shape']} is not static",
                                         file=MANIFEST_NAME, code=ec.MANIFEST_SHAPE_DYNAMIC)
+    _check_probe(data)
     for section, keys in task.manifest_sections.items():   # what the task needs at load
         _check(data.get(section), keys, section)
     for key in dict.fromkeys(("tokenizer", "labels", *task.manifest_files)):
         ref = data["preprocess"].get(key) or data["postprocess"].get(key)
         if isinstance(ref, str) and ref not in data["files"]:
             raise ArtifactError(f"{key} file {ref!r} is not listed in files", file=MANIFEST_NAME,
+                                code=ec.MANIFEST_FIELD_INVALID)
+
+
+def _check_probe(data: dict) -> None:
+    """The optional probe set (``edge_runtime.probe``): its two files are artifact files."""
+    if "probe" not in data:
+        return
+    _check(data["probe"], {"inputs": str, "reference": str, "samples": int}, "probe")
+    for key in ("inputs", "reference"):
+        if data["probe"][key] not in data["files"]:
+            raise ArtifactError(f"probe.{key} {data['probe'][key]!r} is not listed in files", file=MANIFEST_NAME,
                                 code=ec.MANIFEST_FIELD_INVALID)
 
 

@@ -1,0 +1,186 @@
+"""The probe set: a few held-out raw inputs kept in the artifact, with the fp32
+source's results for them, so parity can be measured again on the machine that
+runs the artifact (``edge-infer verify``, ``load(verify=True)``, ``tune``).
+
+Two files, hashed like every other file of the artifact:
+
+- ``probe/inputs.npz``: the raw inputs as the task's ``prepare`` takes them
+  (text as UTF-8, image files as their bytes, arrays and named arrays as they
+  are), keys ``"<i>.<kind>[.<name>]"``.
+- ``probe/reference.npz``: the fp32 source's :class:`TaskOutput` for each, the
+  arrays (``embedding``, ``outputs``) as arrays and the rest (prediction,
+  class_id, ranked scores, top_k) as one JSON document under ``"meta"``.
+
+Both load with ``allow_pickle=False``: a probe file is data, never code. The
+set is bounded: ``DEFAULT_COUNT`` samples at most, and as many as fit in
+``DEFAULT_MAX_BYTES`` (inputs and reference together); the manifest's
+``probe`` section states the count, the bytes and the cap.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import error_codes as ec
+from .errors import ArtifactError
+
+INPUTS = "probe/inputs.npz"
+REFERENCE = "probe/reference.npz"
+DEFAULT_COUNT = 32
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProbeSet:
+    inputs: list             # raw inputs, as prepare() takes them
+    reference: list          # the fp32 source's TaskOutput for each
+    section: dict            # the manifest's probe section
+
+
+# -- encoding ---------------------------------------------------------------------
+def _encode_input(i: int, raw) -> dict[str, np.ndarray]:
+    if isinstance(raw, str):
+        return {f"{i}.text": np.frombuffer(raw.encode("utf-8", "surrogatepass"), dtype=np.uint8)}
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        return {f"{i}.bytes": np.frombuffer(bytes(raw), dtype=np.uint8)}
+    if isinstance(raw, np.ndarray):
+        return {f"{i}.array": raw}
+    if isinstance(raw, dict) and all(isinstance(k, str) and "." not in k for k in raw):
+        return {f"{i}.named.{k}": np.asarray(v) for k, v in raw.items()}
+    raise TypeError(f"a probe input must be text, bytes, an array or named arrays, not {type(raw).__name__}")
+
+
+def _decode_inputs(arrays: dict[str, np.ndarray]) -> list:
+    out: dict[int, Any] = {}
+    for key, arr in arrays.items():
+        idx, _, rest = key.partition(".")
+        kind, _, name = rest.partition(".")
+        i = int(idx)
+        if kind == "text":
+            out[i] = arr.tobytes().decode("utf-8", "surrogatepass")
+        elif kind == "bytes":
+            out[i] = arr.tobytes()
+        elif kind == "array":
+            out[i] = arr
+        elif kind == "named":
+            out.setdefault(i, {})[name] = arr
+        else:
+            raise ValueError(f"unknown probe input key {key!r}")
+    if sorted(out) != list(range(len(out))):
+        raise ValueError("probe inputs are not numbered 0..n-1")
+    return [out[i] for i in range(len(out))]
+
+
+def _encode_output(i: int, res) -> tuple[dict[str, np.ndarray], dict]:
+    arrays: dict[str, np.ndarray] = {}
+    if getattr(res, "embedding", None) is not None:
+        arrays[f"{i}.embedding"] = np.asarray(res.embedding)
+    for name, arr in (getattr(res, "outputs", None) or {}).items():
+        if "." in name or "/" in name:
+            name = name.replace(".", "\x1f").replace("/", "\x1e")
+        arrays[f"{i}.outputs.{name}"] = np.asarray(arr)
+    meta = {"prediction": _json(res.prediction), "class_id": res.class_id, "top_k": _json(res.top_k),
+            "scores": [[k, float(v)] for k, v in (res.scores or {}).items()]}
+    return arrays, meta
+
+
+def _json(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): _json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json(v) for v in value]
+    return value
+
+
+def _decode_outputs(arrays: dict[str, np.ndarray], meta: list[dict]):
+    from edge_runtime.models.base import Outputs, Scores, TaskOutput
+
+    outs = []
+    for i, m in enumerate(meta):
+        emb = arrays.get(f"{i}.embedding")
+        prefix = f"{i}.outputs."
+        named = {k[len(prefix):].replace("\x1f", ".").replace("\x1e", "/"): v
+                 for k, v in arrays.items() if k.startswith(prefix)}
+        scores = Scores(((k, v) for k, v in m.get("scores") or []), class_id=m.get("class_id"), top_k=m.get("top_k"))
+        outs.append(TaskOutput(prediction=m.get("prediction"), scores=scores, embedding=emb,
+                               outputs=Outputs(named) if named else None, class_id=m.get("class_id"),
+                               top_k=m.get("top_k")))
+    return outs
+
+
+def _npz(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, allow_pickle=False, **arrays)
+    return buf.getvalue()
+
+
+# -- build (convert) --------------------------------------------------------------
+def build(samples: list, references: list, *, count: int = DEFAULT_COUNT, max_bytes: int = DEFAULT_MAX_BYTES,
+          source: str = "") -> tuple[bytes, bytes, dict]:
+    """``(inputs.npz, reference.npz, section)`` for the first ``count`` samples that fit in
+    ``max_bytes`` (raw inputs and reference outputs, uncompressed, together)."""
+    if len(samples) != len(references):
+        raise ValueError("one reference output per probe sample")
+    kept_in: dict[str, np.ndarray] = {}
+    kept_ref: dict[str, np.ndarray] = {}
+    meta: list[dict] = []
+    used = 0
+    for raw, res in zip(samples, references):
+        if len(meta) >= count:
+            break
+        i = len(meta)
+        ins = _encode_input(i, raw)
+        refs, m = _encode_output(i, res)
+        size = sum(a.nbytes for a in (*ins.values(), *refs.values())) + len(json.dumps(m))
+        if used + size > max_bytes:
+            break
+        used += size
+        kept_in.update(ins)
+        kept_ref.update(refs)
+        meta.append(m)
+    kept_ref["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    section = {"inputs": INPUTS, "reference": REFERENCE, "samples": len(meta), "offered": len(samples),
+               "max_samples": count, "max_bytes": max_bytes, "bytes": used, "source": source,
+               "reference_from": "fp32 source ONNX on onnxruntime:cpu, same pre/post-processing"}
+    return _npz(kept_in), _npz(kept_ref), section
+
+
+# -- read (runtime) ---------------------------------------------------------------
+def section_of(manifest) -> dict | None:
+    probe = manifest.get("probe")
+    return probe if isinstance(probe, dict) else None
+
+
+def read(artifact) -> ProbeSet:
+    """The artifact's probe set (its files verified by the artifact's own hash check first);
+    an artifact without one, or one that does not decode, is an ``ArtifactError``."""
+    section = section_of(artifact.manifest)
+    if section is None:
+        raise ArtifactError("the artifact has no probe set (converted before edge-runtime kept one, or imported): "
+                            "re-convert it to verify it on this machine", file="manifest.json",
+                            code=ec.PROBE_MISSING)
+    try:
+        with np.load(io.BytesIO(artifact.read_bytes(section["inputs"])), allow_pickle=False) as data:
+            inputs = _decode_inputs({k: data[k] for k in data.files})
+        with np.load(io.BytesIO(artifact.read_bytes(section["reference"])), allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+        meta = json.loads(arrays.pop("meta").tobytes().decode("utf-8"))
+        reference = _decode_outputs(arrays, meta)
+    except ArtifactError:
+        raise
+    except Exception as exc:     # a corrupt file is refused by its hash first; this is a malformed one
+        raise ArtifactError(f"probe set does not decode: {type(exc).__name__}: {exc}", file=section["inputs"],
+                            code=ec.PROBE_INVALID) from None
+    if len(inputs) != len(reference) or len(inputs) != section.get("samples"):
+        raise ArtifactError(f"probe set holds {len(inputs)} inputs and {len(reference)} references, the manifest "
+                            f"says {section.get('samples')}", file=section["inputs"], code=ec.PROBE_INVALID)
+    return ProbeSet(inputs, reference, dict(section))
