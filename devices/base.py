@@ -489,6 +489,12 @@ class DeviceBackend:
         """Facts for ``target`` on sub-device ``sub`` (``forced``: the caller named it)."""
         return Suitability("cpu", f"{self.name}:{sub}", f"{self.name} on the CPU")
 
+    def precision_hints(self, target: str, hardware: dict) -> list[dict]:
+        """Device option sets worth measuring for ``target`` here (``edge-infer verify --all``,
+        ``tune``): ``{}`` (what the artifact recorded) first, then any other precision the device
+        offers. Default: ``[{}]``."""
+        return [{}]
+
     # loading ----------------------------------------------------------------------
     def resolve_options(self, options=None, provenance=None) -> DeviceOptions:
         return resolve_options(self.options, options, self.name, provenance)

@@ -285,6 +285,12 @@ class OpenVinoBackend(DeviceBackend):
                                   "OPTIMAL_NUMBER_OF_INFER_REQUESTS)", minimum=0),
     )
 
+    def precision_hints(self, target: str, hardware: dict) -> list[dict]:
+        """What the artifact recorded, then f32 and bf16 where this CPU has BF16 (without it f32 is
+        the only precision the CPU plugin runs)."""
+        others = [c for c in precision_candidates() if c["precision"] != "f32"]
+        return [{}] + ([{"precision": "f32"}] + others if others else [])
+
     def assess(self, target, hardware, sub, forced, facts) -> Suitability:
         if sub != "cpu":
             try:

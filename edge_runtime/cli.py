@@ -380,6 +380,9 @@ from .cli_bench import bench_cmd  # noqa: E402
 main.add_command(bench_cmd)
 from .cli_eval import eval_cmd  # noqa: E402
 main.add_command(eval_cmd)
+from .cli_verify import tune, verify  # noqa: E402
+main.add_command(verify)
+main.add_command(tune)
 
 if __name__ == "__main__":
     main()

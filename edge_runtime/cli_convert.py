@@ -78,12 +78,18 @@ def _json_arg(value, what):
 @click.option("--min-parity-samples", type=int, default=MIN_PARITY_SAMPLES, show_default=True,
               help=f"Refuse fewer usable held-out parity samples (warns under {WARN_PARITY_SAMPLES}).")
 @click.option("--allow-few-samples", is_flag=True, help="Under those minimums: warn and convert anyway (recorded).")
+@click.option("--probe-samples", type=click.IntRange(0, 10000), default=32, show_default=True,
+              help="Held-out inputs kept in the artifact with their fp32 results, for `edge-infer verify` and "
+                   "`tune` on the target (0: none).")
+@click.option("--probe-max-bytes", type=click.IntRange(1, 1 << 30), default=4 * 1024 * 1024, show_default=True,
+              help="Cap on the probe set's size (fewer samples are kept when they are big).")
 @click.option("--allow-skip", is_flag=True,
               help="A target whose toolchain is missing here (edgetpu without edgetpu_compiler): skip it and build "
                    "its fallback (tflite-int8), recorded in skipped_targets, instead of failing.")
 @click.option("--preprocess", help="Image pre-processing JSON (file or text): size, channels, scale, mean, std, "
                                    "layout, resize, input.")
-@click.option("--recipe", help="Quantization recipe (cnn, transformer, ...).")
+@click.option("--recipe", help="Quantization recipe (cnn, transformer, ...), target=recipe pairs, or auto: each "
+                               "target's recipes tried fastest first, the first that meets the budget kept.")
 @click.option("--recipe-override", "recipe_overrides", help="JSON object overriding recipe keys.")
 @click.option("--torch-source", type=click.Path(),
               help="PyTorch twin of SOURCE: TorchScript or a torch.export program (.pt2); coreml converts from it.")
@@ -93,8 +99,9 @@ def _json_arg(value, what):
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @_guard
 def convert(source, out, task, targets, calibration, labels, tokenizer, buckets, input_shapes, min_parity,
-            parity_data, min_calibration_samples, min_parity_samples, allow_few_samples, allow_skip, preprocess,
-            recipe, recipe_overrides, torch_source, name, model_version, force, as_json):
+            parity_data, min_calibration_samples, min_parity_samples, allow_few_samples, probe_samples,
+            probe_max_bytes, allow_skip, preprocess, recipe, recipe_overrides, torch_source, name, model_version,
+            force, as_json):
     """Convert SOURCE (a float ONNX model) to an int8 static-shape artifact.
 
     Parity against the fp32 source is measured on held-out samples and gated:
@@ -132,7 +139,8 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
         recipe_overrides=_json_arg(recipe_overrides, "--recipe-override"), force=force,
         torch_source=Path(torch_source) if torch_source else None, input_shapes=_shapes(input_shapes),
         min_calibration_samples=min_calibration_samples, min_parity_samples=min_parity_samples,
-        allow_few_samples=allow_few_samples, allow_skip=allow_skip)
+        allow_few_samples=allow_few_samples, allow_skip=allow_skip, probe_samples=probe_samples,
+        probe_max_bytes=probe_max_bytes)
     t0 = time.perf_counter()
     quiet = as_json
 
@@ -147,12 +155,17 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
             p = v["parity"]
             click.echo(f"{v['target']}: parity {p['metric']} = {p['value']:.4f} (budget {p['budget']}, "
                        f"{p['samples']} samples)", err=True)
+            for line in trial_lines(v.get("recipe_trials") or []):
+                click.echo(line, err=True)
         raise
     summary = {"artifact": str(out), "model": manifest["model"]["name"],
                "variants": [{"target": v["target"], "buckets": [b["name"] for b in v["buckets"]],
-                             "parity": {k: v["parity"].get(k) for k in ("metric", "value", "min", "samples", "budget")}}
+                             "recipe": v["quantization"].get("recipe"),
+                             "parity": {k: v["parity"].get(k) for k in ("metric", "value", "min", "samples", "budget")},
+                             **({"recipe_trials": v["recipe_trials"]} if v.get("recipe_trials") else {})}
                             for v in manifest["variants"]],
                "skipped_targets": manifest.get("skipped_targets", []),
+               "probe": {k: manifest.get("probe", {}).get(k) for k in ("samples", "bytes", "max_bytes")},
                "seconds": round(time.perf_counter() - t0, 1)}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
@@ -168,8 +181,14 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
             click.echo(f"{v['target']}: buckets {', '.join(v['buckets'])}; parity {p['metric']} {p['value']:.4f}"
                        f"{extra} on {p['samples']} held-out samples (budget {p['budget']})"
                        + (f", measured on the {on}" if on else ""))
+            for line in trial_lines(v.get("recipe_trials") or []):
+                click.echo(line)
         for skip in manifest.get("skipped_targets", []):
             click.echo(f"{skip['target']}: skipped: {skip['reason']}")
+        if manifest.get("probe"):
+            pr = manifest["probe"]
+            click.echo(f"probe set: {pr['samples']} held-out samples with their fp32 results ({pr['bytes']} bytes): "
+                       f"`edge-infer verify {out}` measures parity on the target")
         click.echo(f"wrote {out} in {summary['seconds']} s")
     sys.stdout.flush()
 
@@ -187,6 +206,23 @@ def _shapes(pairs) -> dict | None:
                              code=ec.CONVERT_SHAPE_INVALID)
         out[name.strip()] = shape
     return out or None
+
+
+def trial_lines(trials: list[dict]) -> list[str]:
+    """One line per ``--recipe auto`` trial: its recipe, figures and fate."""
+    out = []
+    for k, t in enumerate(trials, 1):
+        opts = "".join(f" {key}={val}" for key, val in (t.get("overrides") or {}).items())
+        head = f"  recipe auto {k}/{len(trials)}: {t.get('recipe') or 'default'}{opts}"
+        if "error" in t:
+            out.append(f"{head}: not built: {t['error']}")
+            continue
+        value = "not measured" if t.get("parity") is None else f"{t['parity']:.4f}"
+        fate = ("kept" if t.get("kept") else "") + ("" if t.get("passed") is not False else
+                                                   (" (under budget)" if t.get("kept") else f"under budget {t['budget']}"))
+        ms = f", {t['device_ms_median']} ms" if t.get("device_ms_median") is not None else ""
+        out.append(f"{head}: parity {value}{ms}, {t.get('seconds')} s: {fate.strip() or 'passed'}")
+    return out
 
 
 def manifest_parity(manifest: dict, target: str) -> dict:

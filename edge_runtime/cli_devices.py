@@ -89,17 +89,32 @@ def artifact_choice(path, hw: dict, device: str = "auto", strict: bool = False) 
     art = load_artifact(path, verify=False)
     out = {"path": str(path), "model": art.name, "version": art.version, "targets": art.targets(),
            "device": device, "strict": strict, "chosen": None, "fallback": None, "error": None}
+    from . import tune
+
     rows = rank(art.variants, hw, device)
+    entry = tune.lookup(art.manifest.get("manifest_sha256"), hw) if device in (None, "auto") else None
     try:
-        c = choose(art.variants, hw, device=device, strict=strict)
+        c = choose(art.variants, hw, device=device, strict=strict, measured=tune.measured_choice(entry))
+        static = choose(art.variants, hw, device=device, strict=strict) if entry else c
     except DeviceError as exc:
         out.update(error=exc.to_dict(), candidates=table(rows))
         return out
-    out.update(chosen={"target": c.variant["target"], "backend": c.backend_name, "device": c.suitability.device,
-                       "score": c.suitability.score, "tier": c.suitability.tier, "reason": c.suitability.reason,
-                       "policy": c.suitability.policy, "decided_by": c.decided_by},
-               fallback=c.fallback, candidates=c.candidates)
+    out.update(chosen=_choice_row(c), fallback=c.fallback, candidates=c.candidates,
+               static=_choice_row(static), measured=_measured(entry, c))
     return out
+
+
+def _choice_row(c) -> dict:
+    return {"target": c.variant["target"], "backend": c.backend_name, "device": c.suitability.device,
+            "score": c.suitability.score, "tier": c.suitability.tier, "reason": c.suitability.reason,
+            "policy": c.suitability.policy, "decided_by": c.decided_by, "measured": c.measured}
+
+
+def _measured(entry: dict | None, c) -> dict | None:
+    """The cached tune decision and its figures (None: never tuned here)."""
+    from .runtime import tuned_summary
+
+    return tuned_summary(entry, c)
 
 
 def _print_devices(d: dict) -> None:
@@ -121,6 +136,14 @@ def _print_devices(d: dict) -> None:
                        f"{c['reason']}" + (f"; policy: {c['policy']}" if c.get("policy") else ""))
         else:
             click.echo(f"  would fail: [{a['error']['code']}] {a['error']['message']}")
+        if a.get("measured"):
+            m, st = a["measured"], a["static"]
+            click.echo(f"  static policy would run: {st['target']} on {st['device']}; measured here "
+                       f"({m['created']}): {a['chosen']['measured']}")
+            for r in m["measured"]:
+                click.echo("    " + tune_row_text(r))
+        elif a["chosen"] and a["device"] in (None, "auto"):
+            click.echo("  not tuned here (edge-infer tune ARTIFACT measures every candidate on its probe set)")
         if a["fallback"]:
             click.echo(f"  fallback: {a['fallback']}")
         click.echo("  candidates:")
@@ -197,3 +220,17 @@ def doctor(as_json):
     sys.stdout.flush()
     if not rep["ok"]:
         click.get_current_context().exit(1)
+
+
+def tune_row_text(r: dict) -> str:
+    """One measured candidate in a line: path, parity against budget, latency, throughput."""
+    opts = "".join(f" {k}={v}" for k, v in (r.get("device_options") or {}).items())
+    head = f"{r['target']:<12} {r['backend']:<12}{opts}"
+    if r.get("error"):
+        code = r["error"] if isinstance(r["error"], str) else r["error"].get("code")
+        return f"{head} failed [{code}]"
+    par = (f"{r.get('metric')} {r['value']:.4f} (budget {r.get('budget')}, "
+           f"{'pass' if r.get('passed') is not False else 'UNDER'})" if r.get("value") is not None else "parity ?")
+    lat = f"{r['latency_ms_median']:.2f} ms/call" if r.get("latency_ms_median") is not None else ""
+    thr = f", {r['batch_items_per_s']:.1f} items/s batched" if r.get("batch_items_per_s") else ""
+    return f"{head} {par}  {lat}{thr}"

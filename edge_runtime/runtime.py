@@ -23,6 +23,8 @@ from edge_runtime.devices.base import PROVENANCE_KEYS, BatchSession, Session, Se
 from edge_runtime.models import get_task
 
 from . import hardware as hw
+from . import host
+from . import tune as tuning
 from .artifact import BackgroundVerify, load_artifact, variant_files, verify_files
 from . import error_codes as ec
 from .errors import (ArtifactError, DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout,
@@ -37,29 +39,41 @@ from .watchdog import WATCHDOG
 
 log = logging.getLogger("edge_runtime")
 _logged_fallbacks: set[str] = set()
+_logged_isa: set[str] = set()
 
 
 def load(path, device: str = "auto", *, strict: bool = False, target: str | None = None,
          limits: dict | None = None, device_options: dict | None = None, warmup: bool = True,
-         hardware: dict | None = None, workers: int = 4, isolate: bool = False) -> "Runtime":
+         hardware: dict | None = None, workers: int = 4, isolate: bool = False, verify: bool = False,
+         tune: bool = False, tuned_for: str = "latency") -> "Runtime":
     """Verify the artifact, pick variant and device, load every bucket, warm up.
 
     ``isolate=True`` runs the backend in a child process (``edge_runtime.isolate``):
     a native crash becomes an ``InferenceRuntimeError`` and the worker restarts.
+    ``verify=True`` runs the artifact's probe set on the chosen path once loaded and
+    refuses (``ParityError``) a device that breaks the parity budget here. With
+    ``device="auto"`` a cached tune decision for this artifact on this machine
+    (``edge_runtime.tune``) picks the path; ``tune=True`` measures one first when
+    there is none; ``tuned_for`` is ``"latency"`` (``infer``) or ``"throughput"``.
     """
     return Runtime(path, device=device, strict=strict, target=target, limits=limits,
                    device_options=device_options, warmup=warmup, hardware=hardware, workers=workers,
-                   isolate=isolate)
+                   isolate=isolate, verify=verify, tune=tune, tuned_for=tuned_for)
 
 
 class Runtime:
     def __init__(self, path, *, device="auto", strict=False, target=None, limits=None, device_options=None,
-                 warmup=True, hardware=None, workers=4, isolate=False):
+                 warmup=True, hardware=None, workers=4, isolate=False, verify=False, tune=False,
+                 tuned_for="latency"):
         t0 = time.perf_counter()
         self.artifact = load_artifact(path, verify=False)
         man = self.artifact.manifest
         self.hardware = hardware if hardware is not None else hw.detect_cached()
-        self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target)
+        self.tuned = self._tuned(path, device, tune, tuned_for, limits, workers, isolate)
+        self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target,
+                             measured=tuning.measured_choice(self.tuned, tuned_for))
+        if self.choice.decided_by == "measurement" and device_options is None and self.tuned is not None:
+            device_options = dict(self.tuned["decision"][tuned_for]["device_options"]) or None
         backend = registry.get_backend(self.choice.backend_name)
         # validated before anything is read or built: the caller's options (an unknown key or a bad
         # value is an InputError naming the valid ones) over the ones the converter measured and recorded
@@ -135,7 +149,41 @@ class Runtime:
             raise
         # every file of the artifact is now hashed: the chosen variant's before it loaded, the rest meanwhile
         self.artifact = dataclasses.replace(self.artifact, verified=True, verify_ms=self.verify_ms)
+        self.isa = isa_note(man, self.hardware, self.device)
+        self.verified_here: dict | None = None
+        if verify:
+            self._verify_here()
         self.load_ms = (time.perf_counter() - t0) * 1000
+
+    def _tuned(self, path, device, tune, tuned_for, limits, workers, isolate) -> dict | None:
+        """The cached tune decision for ``auto`` (measured now when ``tune`` and there is none)."""
+        if tuned_for not in tuning.PURPOSES:
+            raise InputError(f"tuned_for must be one of {', '.join(tuning.PURPOSES)}, got {tuned_for!r}",
+                             code=ec.LIMIT_INVALID)
+        if device not in (None, "auto"):
+            return None
+        t = time.perf_counter()
+        entry = tuning.lookup(self.artifact.manifest.get("manifest_sha256"), self.hardware)
+        if entry is None and tune:
+            entry = tuning.tune(path, hardware=self.hardware, load_kw={"limits": limits, "workers": workers,
+                                                                        "isolate": isolate})
+        self.tune_lookup_ms = (time.perf_counter() - t) * 1000
+        return entry
+
+    def _verify_here(self) -> None:
+        from .verify import refuse, verify_runtime
+
+        try:
+            row = verify_runtime(self)
+        except BaseException:
+            self.close()
+            raise
+        self.verified_here = row
+        tuning.remember_verify(self.artifact.manifest.get("manifest_sha256"), self.hardware, row)
+        self.isa = isa_note(self.artifact.manifest, self.hardware, self.device)
+        if row["passed"] is False:
+            self.close()
+            raise refuse(row)
 
     # -- lifecycle ---------------------------------------------------------
     def _warm_up(self):
@@ -417,7 +465,50 @@ class Runtime:
             "other_files_verify_ms": round(self.other_files_verify_ms, 3),
             "load_ms": round(self.load_ms, 3),
             "warmup_ms": self.warmup_ms,
+            "isa": self.isa,
+            "verified_here": self.verified_here,
+            "tuned": tuned_summary(self.tuned, self.choice),
         }
+
+
+def tuned_summary(entry: dict | None, choice) -> dict | None:
+    """The measured choice beside the static one, with the figures (``rt.info()["tuned"]``)."""
+    if not entry:
+        return None
+    rows = entry.get("rows", [])
+    return {"decided_by": choice.decided_by, "static": entry.get("static"), "decision": entry.get("decision"),
+            "measured": [{k: r.get(k) for k in ("target", "backend", "device_options", "metric", "value", "budget",
+                                                "passed", "latency_ms_median", "batch_items_per_s")
+                          if k in r} | ({"error": r["error"]["code"]} if "error" in r else {}) for r in rows],
+            "created": entry.get("created"), "cache_file": entry.get("cache_file")}
+
+
+def isa_note(manifest, hardware, device: str) -> dict:
+    """Where the recorded parity was measured against where this runs: the int8 class of the
+    build host and of this device, and whether a verify has been run here."""
+    built = ((manifest.get("build") or {}).get("host_info") or {})
+    here = host.int8_class(hardware, device)
+    verified = tuning.lookup_verify(manifest.get("manifest_sha256"), hardware, device)
+    note = {"built_on": built.get("int8_class"), "built_on_cpu": built.get("cpu"), "here": here,
+            "verified_here": verified}
+    if not built:
+        note["note"] = "the artifact does not record its build host"
+        note["same"] = None
+        return note
+    note["same"] = built.get("int8_class") == here
+    if not note["same"]:
+        text = (f"the recorded parity was measured on {built.get('int8_class')} ({built.get('cpu')}); "
+                        f"this runs on {here}: " + ("verified here: " + _verified_text(verified) if verified else
+                                                     "not verified here (edge-infer verify, or load(verify=True))"))
+        note["note"] = text
+        if text not in _logged_isa:
+            _logged_isa.add(text)
+            log.warning("%s", text)
+    return note
+
+
+def _verified_text(v: dict) -> str:
+    return f"{v.get('metric')} {v.get('value')} against budget {v.get('budget')} on {v.get('created')}"
 
 
 def device_options_for(backend, variant: dict, caller: dict | None) -> tuple[dict, dict, list[str]]:

@@ -44,6 +44,10 @@ def _register_test_backends() -> None:
 
 _register_test_backends()
 
+# tune decisions and verify records go to the user cache dir: never the developer's own in a test run
+os.environ["EDGE_RUNTIME_CACHE_DIR"] = tempfile.mkdtemp(prefix="edge-runtime-test-cache-")
+atexit.register(shutil.rmtree, os.environ["EDGE_RUNTIME_CACHE_DIR"], True)
+
 
 @pytest.fixture
 def make_artifact(tmp_path):

@@ -47,9 +47,12 @@ def _t(name, dtype, shape):
 
 
 def make_artifact(root, task="text-classification", *, limits=None, buckets=(8, 16), labels=("negative", "positive"),
-                  seed=0, target="fake", write_model=write_fake_model, suffix=".npz") -> Path:
+                  seed=0, target="fake", write_model=write_fake_model, suffix=".npz", probe: int = 0,
+                  budget: float = 0.99, host_info: dict | None = None) -> Path:
     """A small artifact of ``task`` with one variant of ``target`` whose model files
-    ``write_model(path, bucket, seed=...)`` writes (the fake backend's by default)."""
+    ``write_model(path, bucket, seed=...)`` writes (the fake backend's by default).
+    ``probe=N`` keeps a probe set of N inputs whose reference results are the fake model's own
+    (parity 1.0 recorded, ``budget``); ``host_info`` is the build-host record."""
     root = Path(root)
     w = ArtifactWriter(root)
     if task in ("text-classification", "text-embedding"):
@@ -83,10 +86,50 @@ def make_artifact(root, task="text-classification", *, limits=None, buckets=(8, 
                   "outputs": [_t("y", "float32", [1, 3])]}]
         post = {}
     variant = _variant(w, root, specs, target=target, seed=seed, write_model=write_model, suffix=suffix)
-    w.write_manifest({"format": FORMAT, "format_version": FORMAT_VERSION,
-                      "model": {"name": f"tiny-{task}", "version": "3"}, "task": task, "files": {},
-                      "preprocess": pre, "postprocess": post, "limits": dict(limits or {}), "variants": [variant]})
+    manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
+                "model": {"name": f"tiny-{task}", "version": "3"}, "task": task, "files": {},
+                "preprocess": pre, "postprocess": post, "limits": dict(limits or {}), "variants": [variant]}
+    if probe:
+        manifest["probe"] = _probe(w, root, manifest, variant, probe)
+        from edge_runtime.models import get_task
+
+        variant["parity"] = {"metric": get_task(task).parity_metric, "value": 1.0, "samples": probe,
+                             "budget": budget, "passed": True}
+    if host_info is not None:
+        manifest["build"] = {"host_info": host_info}
+    w.write_manifest(manifest)
     return root
+
+
+def probe_inputs(task: str, n: int) -> list:
+    """``n`` raw inputs of ``task``'s kind (the tiny artifacts' shapes)."""
+    rng = np.random.default_rng(123)
+    if task in ("text-classification", "text-embedding"):
+        return [" ".join(rng.choice(WORDS, size=int(rng.integers(2, 12)))) for _ in range(n)]
+    if task == "image-classification":
+        return [png_bytes(rng.integers(0, 256, size=(8, 8), dtype=np.uint8)) for _ in range(n)]
+    return [{"x": rng.standard_normal((1, 4)).astype(np.float32), "k": rng.integers(0, 9, (1, 2)).astype(np.int32)}
+            for _ in range(n)]
+
+
+def _probe(writer, root: Path, manifest: dict, variant: dict, n: int) -> dict:
+    """The probe set of a fake variant: its own outputs are the reference (numpy, exact)."""
+    from edge_runtime import probe
+    from edge_runtime.limits import DEFAULT_LIMITS
+    from edge_runtime.models import get_task
+    from fake_backend import FakeBackend
+
+    task = get_task(manifest["task"])(manifest, lambda rel: (root / rel).read_bytes(), variant["buckets"])
+    sessions = [FakeBackend().load(root / b["file"], b, None, {}) for b in variant["buckets"]]
+    raws = probe_inputs(manifest["task"], n)
+    refs = []
+    for raw in raws:
+        prepared = task.prepare(raw, DEFAULT_LIMITS)
+        refs.append(task.finish(sessions[prepared.bucket].run(prepared.feeds), prepared))
+    inputs, reference, section = probe.build(raws, refs, count=n, source="tests/factories.py")
+    writer.add_file(probe.INPUTS, data=inputs)
+    writer.add_file(probe.REFERENCE, data=reference)
+    return section
 
 
 def png_bytes(arr: np.ndarray) -> bytes:

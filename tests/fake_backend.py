@@ -14,7 +14,8 @@ manifest says, so the runtime's whole path runs without a framework.
 Options inject faults: ``stall_ms`` (sleep in run), ``cancellable`` (the
 session runs inline and takes a cancel token, like ONNX Runtime, and its stall
 stops when the token fires), ``fail_after`` (raise after N successful runs),
-``fail_load`` (raise while loading), ``nan_after`` (NaN in float outputs after N runs), ``segfault_after`` (the process dies of
+``fail_load`` (raise while loading), ``nan_after`` (NaN in float outputs after N runs), ``perturb``
+(Gaussian noise of that scale on float outputs: a device that computes differently), ``segfault_after`` (the process dies of
 SIGSEGV on run N+1: for the crash-isolation tests, only under ``isolate=True``).
 """
 
@@ -70,6 +71,12 @@ class FakeSession(DeviceSession):
         for spec in self._bucket["outputs"]:
             w, b = self._weights[f"W__{spec['name']}"], self._weights[f"b__{spec['name']}"]
             outs[spec["name"]] = (x @ w + b).reshape(spec["shape"]).astype(spec["dtype"])
+        perturb = self._options["perturb"]
+        if perturb:           # a device whose arithmetic differs from the reference's: deterministic noise
+            rng = np.random.default_rng(self._runs)
+            for name, arr in outs.items():
+                if arr.dtype.kind == "f":
+                    arr += (rng.standard_normal(arr.shape) * perturb).astype(arr.dtype)
         nan_after = self._options["nan_after"]
         if nan_after is not None and runs > nan_after:      # a broken driver: NaN where a number should be
             for name, arr in outs.items():
@@ -91,6 +98,7 @@ class FakeBackend(DeviceBackend):
         Option("fail_load", bool, False, "raise while loading"),
         Option("segfault_after", int, None, "die of SIGSEGV after this many runs (isolate=True only)", minimum=0),
         Option("nan_after", int, None, "return NaN in float outputs after this many runs", minimum=0),
+        Option("perturb", float, 0.0, "add Gaussian noise of this scale to float outputs", minimum=0),
     )
 
     def assess(self, target, hardware, sub, forced, facts) -> Suitability:

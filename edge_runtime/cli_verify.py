@@ -1,0 +1,100 @@
+"""``edge-infer verify`` and ``edge-infer tune``: the artifact measured on this machine.
+
+- ``verify ARTIFACT [--device D] [--all] [--json]``: the probe set through the
+  path ``load`` picks here (with ``--all`` every variant × backend × precision
+  hint that can run here), each one's parity beside the recorded figure and the
+  budget, and its latency. Exit 7 when the chosen path is under budget (the
+  table is printed first; stderr gets the one ``error [code]`` line).
+- ``tune ARTIFACT [--rounds N] [--json]``: every candidate measured (parity,
+  per-call latency in alternating rounds, batch throughput); the fastest
+  within budget is cached for ``device="auto"`` on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .cli_common import _guard, device_flags, device_options, emit, one_line
+from .cli_devices import tune_row_text
+
+
+@click.command()
+@click.argument("artifact", type=click.Path())
+@device_flags()
+@click.option("--all", "all_paths", is_flag=True,
+              help="Also run every other variant x backend x precision hint that can run here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@_guard
+def verify(artifact, device, require_device, device_option, all_paths, as_json):
+    """Run the artifact's probe set here and compare with the fp32 results it keeps.
+
+    Exit 7 when the path chosen here measures parity under the artifact's budget.
+
+    \b
+    Examples:
+      edge-infer verify out/minilm
+      edge-infer verify out/minilm --all --json
+    """
+    from .verify import refuse, verify_artifact
+
+    rep = verify_artifact(artifact, device=device, all_paths=all_paths,
+                          load_kw={"strict": require_device, "device_options": device_options(device_option) or None})
+    emit(rep, as_json, _print_verify)
+    if rep["chosen"]["passed"] is False:
+        err = refuse(rep["chosen"])
+        click.echo(f"error [{err.code}]: {one_line(err.message)}", err=True)
+        sys.exit(err.exit_code)
+
+
+def _print_verify(rep: dict) -> None:
+    click.echo(f"verify {rep['artifact']} ({rep['model']} v{rep['version']}): {rep['probe_samples']} probe samples; "
+               f"built on {rep['built_on'] or 'an unrecorded host'}, here {rep['here']}")
+    for r in rep["rows"]:
+        mark = "*" if r.get("chosen") else " "
+        rec = f", recorded {r['recorded']:.4f}" if isinstance(r.get("recorded"), (int, float)) else ""
+        click.echo(f"{mark} {tune_row_text(r)}{rec}" + (f"  on {r['device']}" if r.get("device") else ""))
+    verdict = {True: "pass", False: "UNDER BUDGET", None: "no budget recorded"}[rep["chosen"]["passed"]]
+    click.echo(f"chosen path ({rep['chosen']['decided_by']}): {verdict}")
+
+
+@click.command()
+@click.argument("artifact", type=click.Path())
+@click.option("--rounds", type=click.IntRange(1, 50), default=3, show_default=True,
+              help="Alternating rounds over the probe set per candidate.")
+@click.option("--no-batch", is_flag=True, help="Skip the batch-throughput measurement (for score).")
+@click.option("--no-save", is_flag=True, help="Measure and print, but keep no cache entry.")
+@click.option("--json", "as_json", is_flag=True, help="Print the tune entry as JSON.")
+@_guard
+def tune(artifact, rounds, no_batch, no_save, as_json):
+    """Measure every path that can run the artifact here; cache the fastest within budget.
+
+    Later loads with device auto on this machine (same artifact, same backend
+    versions) use the cached decision; `edge-infer devices --artifact` shows it.
+    """
+    from .tune import tune as run_tune
+
+    progress = (lambda m: None) if as_json else (lambda m: click.echo(m, err=True))
+    entry = run_tune(artifact, rounds=rounds, batch=not no_batch, save=not no_save, progress=progress)
+    emit(entry, as_json, _print_tune)
+
+
+def _print_tune(e: dict) -> None:
+    here = e["here"]
+    click.echo(f"tune {e['artifact']} ({e['model']} v{e['version']}) on {here.get('cpu')} ({here['int8_class']}): "
+               f"{e['probe_samples']} probe samples x {e['rounds']} rounds, {e['seconds']} s")
+    for r in e["rows"]:
+        click.echo("  " + tune_row_text(r))
+    st = e["static"]
+    click.echo(f"static policy: {st['target']} on {st['backend']}")
+    for purpose, d in e["decision"].items():
+        opts = f" {json.dumps(d['device_options'])}" if d["device_options"] else ""
+        click.echo(f"measured ({purpose}): {d['target']} on {d['backend']}{opts}")
+    if not e["decision"]:
+        click.echo("no candidate met the parity budget here: auto keeps the static policy")
+    if e.get("cache_file"):
+        click.echo(f"cached: {e['cache_file']}")
+    elif e.get("cache_error"):
+        click.echo(f"not cached: {e['cache_error']}")

@@ -1,0 +1,223 @@
+"""Measured device choice: every candidate path that can run here, measured on the
+artifact's probe set (parity, per-call latency, batch throughput), the fastest
+one within the parity budget kept, and the decision cached.
+
+The cache lives in the user cache dir (``$EDGE_RUNTIME_CACHE_DIR``, else
+``$XDG_CACHE_HOME/edge-runtime``, else ``~/.cache/edge-runtime``), one JSON
+file per key under ``tune/``. The key is the artifact's seal, this machine's
+hardware fingerprint and the installed backend versions: another artifact,
+another machine or an upgraded backend never reuses a decision. A lookup is
+one small file read. Without an entry, ``device="auto"`` keeps the static
+policy (``selection.POLICY``).
+
+Latency is measured in alternating rounds (every candidate once per round, the
+order rotated each round), each round the whole probe set; a candidate's
+figure is its median per-call latency over all rounds, so a noisy moment hits
+every candidate alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import host
+from .errors import EdgeRuntimeError
+from .probe import read
+from .verify import candidate_paths, verify_runtime
+
+PURPOSES = ("latency", "throughput")
+
+
+def cache_root() -> Path:
+    env = os.environ.get("EDGE_RUNTIME_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "edge-runtime"
+
+
+def cache_key(seal: str, hw, versions: dict | None = None) -> dict:
+    versions = host.backend_versions() if versions is None else versions
+    parts = {"seal": seal, "hardware": host.fingerprint(hw), "backends": dict(sorted(versions.items()))}
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+    return {"digest": digest, **parts}
+
+
+def _path(kind: str, digest: str) -> Path:
+    return cache_root() / kind / f"{digest}.json"
+
+
+def lookup(seal: str | None, hw, kind: str = "tune") -> dict | None:
+    """The cached entry for this artifact on this machine with these backends, or None."""
+    if not seal:
+        return None
+    key = cache_key(seal, hw)
+    try:
+        entry = json.loads(_path(kind, key["digest"]).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or entry.get("key") != key:    # a hash clash or a stale format
+        return None
+    return entry
+
+
+def store(seal: str, hw, entry: dict, kind: str = "tune") -> Path:
+    key = cache_key(seal, hw)
+    p = _path(kind, key["digest"])
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({**entry, "key": key}, indent=1, sort_keys=True))
+    os.replace(tmp, p)
+    return p
+
+
+def measured_choice(entry: dict | None, purpose: str = "latency"):
+    """A ``selection.Measured`` hook that picks the cached decision's row (None: keep the policy)."""
+    if not entry:
+        return None
+    decision = entry.get("decision", {}).get(purpose)
+    if not decision:
+        return None
+
+    def pick(usable: list, hardware) -> tuple[dict, str] | None:
+        for row in usable:
+            if (row["variant"]["target"], row["backend"]) == (decision["target"], decision["backend"]):
+                return row, decision["why"]
+        return None      # that path cannot run here any more: the policy decides
+
+    return pick
+
+
+# -- the measurement -------------------------------------------------------------
+def tune(path, *, hardware=None, rounds: int = 3, batch: bool = True, progress=lambda msg: None,
+         save: bool = True, load_kw: dict | None = None) -> dict:
+    """Measure every candidate here; the entry (decision per purpose and every row), cached."""
+    from .runtime import load
+
+    t0 = time.perf_counter()
+    kw = dict(load_kw or {})
+    kw.pop("device_options", None)
+    first = load(path, device="auto", hardware=hardware, tune=False, **kw)
+    art, hw = first.artifact, first.hardware
+    seal = art.manifest.get("manifest_sha256")
+    static = {"target": first.variant.target, "backend": first.choice.backend_name}
+    first.close()
+    probe = read(art)
+    cands = candidate_paths(art, hw)
+    progress(f"tune: {len(cands)} candidate path(s), {len(probe.inputs)} probe samples, {rounds} rounds")
+    rows: list[dict] = []
+    live: list[tuple[dict, Any, list[float]]] = []
+    for cand in cands:
+        row = {**cand}
+        try:
+            rt = load(path, device=cand["backend"], target=cand["target"], strict=True, hardware=hw,
+                      device_options=cand["device_options"] or None, tune=False, **kw)
+        except EdgeRuntimeError as exc:
+            row.update(error=exc.to_dict(), passed=False)
+            rows.append(row)
+            continue
+        row["device"] = rt.device
+        try:
+            row.update(verify_runtime(rt, probe))      # parity (and a first latency figure)
+        except EdgeRuntimeError as exc:
+            row.update(error=exc.to_dict(), passed=False)
+            rt.close()
+            rows.append(row)
+            continue
+        rows.append(row)
+        live.append((row, rt, []))
+    try:
+        for r in range(rounds):
+            order = live[r % len(live):] + live[:r % len(live)] if live else []
+            for row, rt, lat in order:
+                for raw in probe.inputs:
+                    t = time.perf_counter()
+                    rt.infer(raw)
+                    lat.append((time.perf_counter() - t) * 1000)
+        for row, rt, lat in live:
+            row["latency_ms_median"] = round(float(np.median(lat)), 3)
+            row["latency_ms_p90"] = round(float(np.percentile(lat, 90)), 3)
+            row["calls"] = len(lat)
+            if batch and len(probe.inputs) > 1:
+                row["batch_items_per_s"] = _throughput(rt, probe.inputs)
+    finally:
+        for _, rt, _ in live:
+            rt.close()
+    decision = {}
+    for purpose in PURPOSES:
+        best = _best(rows, purpose)
+        if best is not None:
+            decision[purpose] = {"target": best["target"], "backend": best["backend"],
+                                 "device_options": best["device_options"], "why": _why(best, rows, purpose)}
+    entry = {"artifact": str(Path(path).resolve()), "model": art.name, "version": art.version, "seal": seal,
+             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "here": host.host_record(hw),
+             "static": static, "decision": decision, "rows": rows, "rounds": rounds,
+             "probe_samples": len(probe.inputs), "seconds": round(time.perf_counter() - t0, 1)}
+    if save and seal:
+        try:
+            entry["cache_file"] = str(store(seal, hw, entry))
+        except OSError as exc:      # a read-only cache dir: the decision is returned, not kept
+            entry["cache_error"] = f"{type(exc).__name__}: {exc}"
+    return entry
+
+
+def _throughput(rt, inputs: list) -> float:
+    rt.warm_batch()
+    t = time.perf_counter()
+    rt.infer_batch(list(inputs))
+    return round(len(inputs) / (time.perf_counter() - t), 2)
+
+
+def _best(rows: list[dict], purpose: str) -> dict | None:
+    ok = [r for r in rows if r.get("passed") is not False and "error" not in r]
+    if purpose == "latency":
+        ok = [r for r in ok if "latency_ms_median" in r]
+        return min(ok, key=lambda r: r["latency_ms_median"], default=None)
+    ok = [r for r in ok if "batch_items_per_s" in r]
+    return max(ok, key=lambda r: r["batch_items_per_s"], default=None)
+
+
+def _why(best: dict, rows: list[dict], purpose: str) -> str:
+    field, unit = ("latency_ms_median", "ms") if purpose == "latency" else ("batch_items_per_s", "items/s")
+    shown = "; ".join(f"{r['target']} on {r['backend']}{_opts(r)}: "
+                      + (f"{r[field]} {unit}, {r.get('metric', 'parity')} {r['value']:.4f}"
+                         if field in r and r.get("value") is not None else
+                         f"failed ({r['error']['code']})" if "error" in r else
+                         f"under budget ({r.get('value')})")
+                      for r in rows)
+    return f"measured here, the {'fastest' if purpose == 'latency' else 'highest throughput'} within the parity " \
+           f"budget ({shown})"
+
+
+def _opts(row: dict) -> str:
+    opts = {k: v for k, v in (row.get("device_options") or {}).items()}
+    return f" {opts}" if opts else ""
+
+
+# -- what verify found here (the ISA note at load says whether one ran) ------------
+def remember_verify(seal: str | None, hw, row: dict) -> None:
+    """Keep a verify's figures for this artifact on this machine (best effort: a read-only
+    cache dir is not an error)."""
+    if not seal:
+        return
+    entry = lookup(seal, hw, kind="verify") or {"paths": {}}
+    entry["paths"][row["device"]] = {"target": row["target"], "backend": row["backend"], "metric": row.get("metric"),
+                                     "value": row.get("value"), "budget": row.get("budget"),
+                                     "passed": row.get("passed"),
+                                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        store(seal, hw, {"paths": entry["paths"]}, kind="verify")
+    except OSError:
+        pass
+
+
+def lookup_verify(seal: str | None, hw, device: str) -> dict | None:
+    entry = lookup(seal, hw, kind="verify")
+    return (entry or {}).get("paths", {}).get(device)

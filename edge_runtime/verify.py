@@ -1,0 +1,137 @@
+"""Parity measured here: the artifact's probe set through a loaded runtime, beside
+the figure the converter recorded and the budget.
+
+``verify_runtime(rt)`` runs every probe input through ``rt.infer`` (the whole
+path: limits, pre-processing, the device, the non-finite guard,
+post-processing) and compares the results with the fp32 source's recorded
+ones through the task's own ``compare``. ``verify_artifact`` does it for the
+path ``load`` chooses here, or (``all_paths``) for every variant × backend ×
+precision hint that can run here. The CLI (``edge-infer verify``) exits 7 when
+the chosen path is under budget; ``load(verify=True)`` raises ``ParityError``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from . import error_codes as ec
+from . import host
+from .errors import EdgeRuntimeError, ParityError
+from .probe import ProbeSet, read
+
+
+def _row_base(rt) -> dict:
+    return {"target": rt.variant.target, "backend": rt.choice.backend_name, "device": rt.device,
+            "device_options": dict(rt.device_options)}
+
+
+def verify_runtime(rt, probe: ProbeSet | None = None, *, rounds: int = 1) -> dict:
+    """Parity and latency of ``rt`` on the probe set: ``metric``, ``value`` (and the
+    compare's other figures), ``recorded``, ``budget``, ``passed``, ``samples``,
+    ``latency_ms_median``, ``ms`` (the whole verify)."""
+    t0 = time.perf_counter()
+    probe = probe if probe is not None else read(rt.artifact)
+    results: list[Any] = []
+    lat: list[float] = []
+    for r in range(max(1, rounds)):
+        for raw in probe.inputs:
+            t = time.perf_counter()
+            res = rt.infer(raw)
+            lat.append((time.perf_counter() - t) * 1000)
+            if r == 0:
+                results.append(res)
+    figures = rt.task.compare(probe.reference, results)
+    parity = rt.variant.parity
+    budget = parity.get("budget")
+    value = figures.get("value")
+    row = {**_row_base(rt), **{k: v for k, v in figures.items() if k not in ("per_bucket",)},
+           "recorded": parity.get("value"), "budget": budget,
+           "passed": bool(value is not None and budget is not None and value >= budget),
+           "latency_ms_median": round(float(np.median(lat)), 3),
+           "latency_ms_p90": round(float(np.percentile(lat, 90)), 3),
+           "here": host.int8_class(rt.hardware, rt.device),
+           "ms": round((time.perf_counter() - t0) * 1000, 1)}
+    if budget is None:
+        row["passed"] = None      # nothing to hold it to (an imported artifact records no budget)
+    return row
+
+
+def refuse(row: dict) -> ParityError:
+    return ParityError(f"on {row['device']} the {row['target']} variant measures {row['metric']} "
+                       f"{row['value']:.4f} on the probe set, under its budget {row['budget']} (recorded at "
+                       f"convert time: {row['recorded']})", code=ec.PARITY_BELOW_BUDGET_HERE,
+                       device=row["device"], variant=row["target"], value=row["value"], budget=row["budget"])
+
+
+def candidate_paths(art, hardware) -> list[dict]:
+    """Every (variant target, backend, device options) that can run here: each usable
+    candidate of the selection, once per precision hint its backend offers."""
+    from edge_runtime.devices import registry
+
+    from .selection import rank
+
+    out = []
+    for row in rank(art.manifest.variants, hardware):
+        if not row["suitability"].ok:
+            continue
+        backend = registry.get_backend(row["backend"])
+        for hint in backend.precision_hints(row["variant"]["target"], hardware):
+            out.append({"target": row["variant"]["target"], "backend": row["backend"], "device_options": hint,
+                        "score": row["suitability"].score})
+    return out
+
+
+def verify_artifact(path, *, device: str = "auto", all_paths: bool = False, hardware=None,
+                    load_kw: dict | None = None) -> dict:
+    """``{"chosen": row, "rows": [row, ...], "passed": bool, ...}``: the path ``load`` picks here,
+    and with ``all_paths`` every other one too (a row whose load or run fails carries ``error``)."""
+    from .runtime import load
+
+    kw = dict(load_kw or {})
+    rt = load(path, device=device, hardware=hardware, **kw)
+    try:
+        probe = read(rt.artifact)
+        chosen = verify_runtime(rt, probe)
+        chosen.update(chosen=True, decided_by=rt.choice.decided_by)
+        art, hw, seal = rt.artifact, rt.hardware, rt.artifact.manifest.get("manifest_sha256")
+        info = rt.info()
+    finally:
+        rt.close()
+    rows = [chosen]
+    if all_paths:
+        for cand in candidate_paths(art, hw):
+            if (cand["target"], cand["backend"]) == (chosen["target"], chosen["backend"]) and \
+                    _same_options(cand["device_options"], chosen["device_options"]):
+                continue
+            rows.append(_verify_one(path, cand, hw, probe, kw))
+    return {"artifact": info["artifact"], "model": info["model"], "version": info["version"], "seal": seal,
+            "probe_samples": len(probe.inputs), "built_on": info.get("isa", {}).get("built_on"),
+            "here": host.cpu_int8_class(hw), "rows": rows, "chosen": chosen,
+            "passed": chosen["passed"] is not False}
+
+
+def _same_options(a: dict, b: dict) -> bool:
+    return {k: v for k, v in a.items() if v not in (None, "auto")} == {k: v for k, v in b.items()
+                                                                       if v not in (None, "auto")}
+
+
+def _verify_one(path, cand: dict, hw, probe: ProbeSet, kw: dict) -> dict:
+    from .runtime import load
+
+    base = {"target": cand["target"], "backend": cand["backend"], "device_options": cand["device_options"],
+            "chosen": False}
+    try:
+        rest = {k: v for k, v in kw.items() if k not in ("device_options", "strict")}
+        rt = load(path, device=cand["backend"], target=cand["target"], strict=True, hardware=hw,
+                  device_options=cand["device_options"] or None, **rest)
+    except EdgeRuntimeError as exc:
+        return {**base, "error": exc.to_dict(), "passed": False}
+    try:
+        return {**verify_runtime(rt, probe), "chosen": False}
+    except EdgeRuntimeError as exc:
+        return {**base, "device": rt.device, "error": exc.to_dict(), "passed": False}
+    finally:
+        rt.close()
