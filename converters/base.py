@@ -63,6 +63,15 @@ class BucketBuild:
 
 
 @dataclass(frozen=True)
+class RecipeTrial:
+    """One candidate of ``--recipe auto``: a recipe name (None: the converter's default), the
+    overrides it runs with, and why it is in the list (recorded with its figures)."""
+    recipe: str | None
+    overrides: dict = field(default_factory=dict)
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class ParityStandIn:
     """Sessions that stand in for a target that cannot run here, and what they are."""
     sessions: list
@@ -101,6 +110,12 @@ class Converter(abc.ABC):
     def default_recipe(self, task: str) -> str | None:
         """The recipe used when none is asked for."""
         return None
+
+    def auto_recipes(self, task: str) -> list[RecipeTrial]:
+        """``--recipe auto``'s candidates, fastest first, safest last; the first that meets the
+        parity budget is kept. A list holds only recipes whose parity does not depend on which
+        CPU runs them (no int8 arithmetic that saturates on one ISA and not on another)."""
+        return [RecipeTrial(None, {}, "the converter's default")]
 
     def describe(self, path: Path) -> BucketIO:
         """The tensors of a built bucket model whose build did not name them (an ONNX model here)."""

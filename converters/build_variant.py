@@ -17,7 +17,7 @@ from . import parity
 from .base import BucketBuild, BucketIO, BuildContext, Converter
 from .parity_trials import Measured, Reference, measure_target
 from .registry import ConversionFailed, ConverterInvalid, get_converter
-from .request import ConvertRequest, fingerprint, recipe_for, toolchain
+from .request import AUTO, ConvertRequest, fingerprint, recipe_for, toolchain
 
 if TYPE_CHECKING:
     from edge_runtime.models.base import Task
@@ -69,14 +69,34 @@ def policy_fields(policy: dict, side: str) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class Built:
+    """One target built with one recipe and measured: what its variant record is made of."""
+    buckets: list       # the manifest's bucket records
+    quant: dict         # the quantization record (the first bucket's, with the calibration record)
+    measured: Measured
+
+
 def build_variant(job: Job, target: str, samples: Samples, reference: Reference, progress) -> dict:
     """The manifest's variant record for ``target``, its files written into the artifact."""
     converter = get_converter(target)
     recipe = recipe_for(job.req.recipe, target, converter)
     budget = parity.budget_for(job.task_cls.parity_metric, job.req.min_parity)
+    if recipe == AUTO:
+        from .recipe_auto import build_auto
+
+        return build_auto(job, target, converter, samples, reference, budget, progress)
+    built = build_target(job, converter, target, samples, reference, recipe, job.req.recipe_overrides, budget,
+                         progress)
+    return variant_record(target, converter, built, samples)
+
+
+def build_target(job: Job, converter: Converter, target: str, samples: Samples, reference: Reference,
+                 recipe: str | None, overrides: dict | None, budget: float, progress) -> Built:
+    """Every bucket of ``target`` built with ``recipe``, then its parity measured."""
     buckets, builds = [], []
     for fb in job.fp32:
-        build = _build_bucket(job, converter, target, fb, samples.calib, recipe, budget, progress)
+        build = _build_bucket(job, converter, target, fb, samples.calib, recipe, overrides, budget, progress)
         buckets.append(_bucket_record(job, converter, target, fb.name, build))
         builds.append(build)
     quant = dict(next((b.quantization for b in builds if b.quantization), {}))   # the first bucket's
@@ -88,8 +108,13 @@ def build_variant(job: Job, target: str, samples: Samples, reference: Reference,
                                f"fallback_target (the target it is a model of)")
     measured = measure_target(reference, target, converter, job.root, buckets, job.task(buckets), quant,
                               parity_files, budget, progress)
+    return Built(buckets, quant, measured)
+
+
+def variant_record(target: str, converter: Converter, built: Built, samples: Samples) -> dict:
+    measured = built.measured
     par = {**measured.parity, **policy_fields(samples.policy, "parity")}
-    variant = {"target": target, "buckets": buckets, "quantization": quant, "parity": par,
+    variant = {"target": target, "buckets": built.buckets, "quantization": built.quant, "parity": par,
                "toolchain": toolchain(converter)}
     if len(measured.trials) > 1 or measured.options:
         variant["runtime"] = runtime_record(measured)
@@ -107,8 +132,8 @@ def runtime_record(measured: Measured) -> dict:
     return {**measured.options, "why": measured.why} if measured.why else dict(measured.options)
 
 
-def _build_bucket(job: Job, converter: Converter, target: str, fb: Fp32Bucket, calib: list, recipe, budget,
-                  progress) -> BucketBuild:
+def _build_bucket(job: Job, converter: Converter, target: str, fb: Fp32Bucket, calib: list, recipe,
+                  overrides: dict | None, budget, progress) -> BucketBuild:
     progress(f"{target}: quantizing bucket {fb.name} with {len(calib)} calibration samples")
     one = job.task([fb.spec])
     prepared = []
@@ -119,7 +144,7 @@ def _build_bucket(job: Job, converter: Converter, target: str, fb: Fp32Bucket, c
             continue
     dst = job.root / _rel(converter, target, fb.name)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    ctx = BuildContext(task=job.req.task, work=job.work, recipe=recipe, overrides=job.req.recipe_overrides,
+    ctx = BuildContext(task=job.req.task, work=job.work, recipe=recipe, overrides=overrides,
                        task_obj=one, prepared=tuple(prepared), budget=budget, torch_source=job.req.torch_source)
     try:
         build = converter.build_bucket(fb.path, dst, [p.feeds for p in prepared], ctx)

@@ -70,6 +70,12 @@ class CoremlConverter(Converter):
         self._system = system or platform.system()
         self._stand_ins: list = []      # per bucket, w8a8: the fake-quantized torch model
 
+    def auto_recipes(self, task: str) -> list:
+        """The default mode (w8a8 from an exported program), then w8 (int8 weights only)."""
+        from .base import RecipeTrial
+
+        return [RecipeTrial(None, {}, "the default mode"), RecipeTrial("w8", {}, "int8 weights, float activations")]
+
     def unavailable(self) -> str | None:
         missing = [m for m in ("coremltools", "torch") if importlib.util.find_spec(m) is None]
         return f"{' and '.join(missing)} not installed (pip install 'edge-runtime[convert-coreml]')" if missing else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import BucketBuild, BuildContext, Converter
+from .base import BucketBuild, BuildContext, Converter, RecipeTrial
 
 
 class OnnxInt8Converter(Converter):
@@ -25,6 +25,16 @@ class OnnxInt8Converter(Converter):
         from edge_runtime.models import get_task
 
         return get_task(task).recipe_family     # "transformer" (text) or "cnn": both recipes here
+
+    def auto_recipes(self, task: str) -> list[RecipeTrial]:
+        """Fastest first, each without int8 arithmetic that saturates on AVX2 (ORT's U8S8
+        kernel sums u8*s8 pairs into int16 there): the transformer recipes are U8U8; the CNN
+        ones 7-bit weights (reduce_range), then U8U8."""
+        if self.default_recipe(task) == "transformer":
+            return [RecipeTrial("transformer-fast", {}, "GELU-fed FFN2 MatMuls int8 too (U8U8)"),
+                    RecipeTrial("transformer", {}, "FFN2, attention and head MatMuls float (U8U8)")]
+        return [RecipeTrial("cnn", {"reduce_range": True}, "U8S8 with 7-bit weights"),
+                RecipeTrial("cnn", {"weights": "uint8"}, "U8U8")]
 
     def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict],
                      ctx: BuildContext) -> BucketBuild:

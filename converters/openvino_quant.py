@@ -23,6 +23,11 @@ Recipes (the same names as the onnx-int8 target's where they mean the same):
     most ``max_drop`` (default ``1 - budget``). It validates on the
     calibration samples, so the pipeline's held-out parity stays unbiased.
 
+``weights-int8``
+    ``nncf.compress_weights`` (INT8_ASYM): int8 weights of MatMuls, Convolutions and
+    embeddings, activations in float. No int8 activation arithmetic, so no
+    saturation on any CPU: the last resort of ``--recipe auto``.
+
 Overrides (``--recipe-override``): ``ignored_scope`` ({"names", "patterns",
 "types"}), ``float_matmuls`` (any of "gelu", "attention-out", "head"), ``subset_size``,
 ``fast_bias_correction``, ``preset`` ("performance" / "mixed"),
@@ -33,7 +38,7 @@ mean_quantile, histogram, ...), ``max_drop``.
 
 from __future__ import annotations
 
-RECIPES = ("cnn", "transformer", "transformer-fast", "accuracy-control")
+RECIPES = ("cnn", "transformer", "transformer-fast", "accuracy-control", "weights-int8")
 FLOAT_KINDS = ("gelu", "attention-out", "head")
 _RECIPE_DEFAULTS: dict[str, dict] = {
     "cnn": {"model_type": "none"},
@@ -173,6 +178,8 @@ def quantize(fp32_onnx, out_xml, feeds: list[dict], *, task: str, recipe: str = 
     max_drop = overrides.pop("max_drop", None)
     model = ov.convert_model(str(fp32_onnx))
     kw, record = _params(task, overrides, model)
+    if recipe == "weights-int8":
+        return _compress_weights(model, out_xml, recipe, overrides, nncf, ov)
     calib = nncf.Dataset(feeds)
     info: dict = {"scheme": "nncf-ptq-static", "weights": "int8 symmetric per-channel",
                   "activations": "int8 per-tensor (" + ("asymmetric where mixed" if record["preset"] == "mixed"
@@ -196,3 +203,26 @@ def quantize(fp32_onnx, out_xml, feeds: list[dict], *, task: str, recipe: str = 
     # compress_to_fp16 defaults to True and would silently store fp16 weights
     ov.save_model(q, str(out_xml), compress_to_fp16=False)
     return info
+
+
+def _compress_weights(model, out_xml, recipe: str, overrides: dict, nncf, ov) -> dict:
+    """int8 weights, float activations (``weights-int8``)."""
+    unknown = set(overrides) - {"ignored_scope"}
+    if unknown:
+        raise ValueError(f"recipe weights-int8 takes only the ignored_scope override, not {sorted(unknown)}")
+    kw = {}
+    scope = overrides.get("ignored_scope")
+    if scope:
+        kw["ignored_scope"] = nncf.IgnoredScope(names=list(scope.get("names", [])),
+                                                patterns=list(scope.get("patterns", [])),
+                                                types=list(scope.get("types", [])), validate=False)
+    q = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM, **kw)
+    int8 = sum(1 for op in q.get_ops() if op.get_type_name() == "Constant"
+               and op.get_output_element_type(0).get_type_name() in ("u8", "i8"))
+    if int8 == 0:
+        raise ValueError("NNCF compressed no weights: the IR would be float")
+    ov.save_model(q, str(out_xml), compress_to_fp16=False)
+    return {"scheme": "nncf-weight-compression", "weights": "int8 asymmetric per-channel",
+            "activations": "float (weights decompressed at run time; no int8 activation arithmetic)",
+            "recipe": recipe, "nncf": {"mode": "int8_asym", "ignored_scope": scope or None},
+            "int8_weight_constants": int8}

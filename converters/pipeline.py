@@ -162,7 +162,7 @@ def _parity_gate(variants: list[dict]) -> None:
                 for v in variants for p in [v["parity"]] if p["passed"] is False]
     if failures:
         raise ParityError("parity under budget: " + "; ".join(failures), variants=[
-            {"target": v["target"], "parity": v["parity"]} for v in variants])
+            {"target": v["target"], "parity": v["parity"], "recipe_trials": v.get("recipe_trials")} for v in variants])
 
 
 def _move_into_place(tmp: Path, out: Path) -> None:

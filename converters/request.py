@@ -253,8 +253,11 @@ def available_targets(requested: list[str], progress, allow_skip: bool = False) 
     return targets, skipped
 
 
+AUTO = "auto"   # --recipe auto: every target tries its auto_recipes, fastest first
+
+
 def check_recipe(req: ConvertRequest) -> None:
-    if not req.recipe or "=" in req.recipe:
+    if not req.recipe or "=" in req.recipe or req.recipe == AUTO:
         return
     known = {t: tuple(get_converter(t).recipes) for t in req.targets}
     if not any(req.recipe in names for names in known.values()):
@@ -276,7 +279,7 @@ def recipe_for(recipe: str | None, target: str, converter: Converter) -> str | N
             table[key.strip()] = value.strip()
         return table.get(target)
     known = tuple(converter.recipes)
-    return recipe if (not known or recipe in known) else None
+    return recipe if (not known or recipe in known or recipe == AUTO) else None
 
 
 def toolchain(converter: Converter) -> dict:

@@ -247,6 +247,13 @@ class ArtifactWriter:
         """Hash every file of the directory ``rel`` (already in place) into the manifest."""
         return [self.add_file(f) for f in tree_files(self.root, rel)]
 
+    def discard(self, rel_dir: str) -> None:
+        """Forget and delete every file under the directory ``rel_dir`` (a discarded build)."""
+        prefix = rel_dir.rstrip("/") + "/"
+        for rel in [r for r in self.files if r.startswith(prefix)]:
+            del self.files[rel]
+        shutil.rmtree(safe_relpath(self.root, prefix.rstrip("/")), ignore_errors=True)
+
     def write_manifest(self, data: dict) -> Path:
         data = dict(data)
         data["files"] = dict(sorted(self.files.items()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -149,7 +150,8 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
             click.echo(f"[{time.perf_counter() - t0:6.1f}s] {step}", err=True)
 
     try:
-        manifest = run_convert(req, progress)
+        with contextlib.redirect_stdout(sys.stderr):   # toolchains print (ORT's calibrators): stdout stays ours
+            manifest = run_convert(req, progress)
     except ParityError as exc:
         for v in exc.details.get("variants", []):
             p = v["parity"]
