@@ -114,7 +114,6 @@ def _convert_minilm(tmp_path_factory, task, targets=("onnx-int8",), **kw):
         need_openvino()
     out = tmp_path_factory.mktemp(task) / "artifact"
     kw["targets"] = list(targets)
-    kw.setdefault("recipe", "auto")   # recipes whose parity holds on AVX2 and VNNI alike (#17)
     if task == "text-classification":
         # parity of the sentiment head is measured on 872 real sentences (evaluation only);
         # a 60-sentence split is too small to tell 0.97 from 0.99
@@ -148,7 +147,11 @@ def ov_minilm_embedding_artifact(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ov_minilm_classifier_artifact(tmp_path_factory):
-    return _convert_minilm(tmp_path_factory, "text-classification", targets=("openvino",))
+    # --recipe auto: its default recipe is refused on AVX2-only CPUs (0.979 on the EPYC: u8*s8
+    # saturation); auto's trials hold on AVX2 and VNNI alike, so this builds on every CPU. The
+    # other MiniLM fixtures keep their defaults, whose fidelity the tests pin (auto may pick the
+    # faster transformer-fast, mean cosine within budget but min 0.959).
+    return _convert_minilm(tmp_path_factory, "text-classification", targets=("openvino",), recipe="auto")
 
 
 def _int8_dot() -> bool:

@@ -286,7 +286,11 @@ def test_minilm_classifier_sst2_drop(ov_minilm_classifier_artifact, minilm_sourc
 
     sst = shared("text", "sst2", "dev.tsv")
     man = _manifest(ov_minilm_classifier_artifact)
-    assert man["variants"][0]["parity"]["passed"]
+    v = man["variants"][0]
+    assert v["parity"]["passed"] and v["parity"]["value"] >= 0.99
+    trials = v["recipe_trials"]         # built with --recipe auto: every trial on record, the last one kept
+    assert trials[-1]["kept"] and v["quantization"]["recipe_auto"]["kept"] == trials[-1]["recipe"]
+    assert all(t["passed"] is False for t in trials[:-1])
     with er.load(ov_minilm_classifier_artifact, device="openvino", strict=True) as rt:
         rep = evaluate(rt, sst)
     fp32 = _fp32_accuracy(minilm_sources, sst)
