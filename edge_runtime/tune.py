@@ -30,7 +30,7 @@ import numpy as np
 from . import host
 from .errors import EdgeRuntimeError
 from .probe import read
-from .verify import candidate_paths, verify_runtime
+from .verify import candidate_paths, same_options, verify_runtime
 
 PURPOSES = ("latency", "throughput")
 
@@ -124,6 +124,10 @@ def tune(path, *, hardware=None, rounds: int = 3, batch: bool = True, progress=l
             rows.append(row)
             continue
         row["device"] = rt.device
+        if any((r["target"], r["backend"]) == (cand["target"], cand["backend"])
+               and same_options(dict(r_rt.device_options), dict(rt.device_options)) for r, r_rt, _ in live):
+            rt.close()      # the hint resolved to a path already measured (the recorded precision)
+            continue
         try:
             row.update(verify_runtime(rt, probe))      # parity (and a first latency figure)
         except EdgeRuntimeError as exc:

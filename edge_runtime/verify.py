@@ -104,16 +104,19 @@ def verify_artifact(path, *, device: str = "auto", all_paths: bool = False, hard
     if all_paths:
         for cand in candidate_paths(art, hw):
             if (cand["target"], cand["backend"]) == (chosen["target"], chosen["backend"]) and \
-                    _same_options(cand["device_options"], chosen["device_options"]):
+                    same_options(cand["device_options"], chosen["device_options"]):
                 continue
-            rows.append(_verify_one(path, cand, hw, probe, kw))
+            row = _verify_one(path, cand, hw, probe, kw)
+            if not any((r["target"], r["backend"]) == (row["target"], row["backend"]) and "error" not in r
+                       and same_options(r["device_options"], row["device_options"]) for r in rows):
+                rows.append(row)    # a hint that resolved to a path already run (the recorded precision) is not repeated
     return {"artifact": info["artifact"], "model": info["model"], "version": info["version"], "seal": seal,
             "probe_samples": len(probe.inputs), "built_on": info.get("isa", {}).get("built_on"),
             "here": host.cpu_int8_class(hw), "rows": rows, "chosen": chosen,
             "passed": chosen["passed"] is not False}
 
 
-def _same_options(a: dict, b: dict) -> bool:
+def same_options(a: dict, b: dict) -> bool:
     return {k: v for k, v in a.items() if v not in (None, "auto")} == {k: v for k, v in b.items()
                                                                        if v not in (None, "auto")}
 
