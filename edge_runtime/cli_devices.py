@@ -112,7 +112,7 @@ def _choice_row(c) -> dict:
 
 def _measured(entry: dict | None, c) -> dict | None:
     """The cached tune decision and its figures (None: never tuned here)."""
-    from .runtime import tuned_summary
+    from .measured_here import tuned_summary
 
     return tuned_summary(entry, c)
 

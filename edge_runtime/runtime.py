@@ -23,7 +23,6 @@ from edge_runtime.devices.base import PROVENANCE_KEYS, BatchSession, Session, Se
 from edge_runtime.models import get_task
 
 from . import hardware as hw
-from . import host
 from . import tune as tuning
 from .artifact import BackgroundVerify, load_artifact, variant_files, verify_files
 from . import error_codes as ec
@@ -32,6 +31,7 @@ from .errors import (ArtifactError, DeviceError, EdgeRuntimeError, InferenceRunt
 from .batch_path import run_grouped
 from .limits import DEFAULT_LIMITS, Limits
 from .records import Manifest, Variant
+from .measured_here import isa_note, tuned_summary
 from .metrics import RuntimeMetrics
 from .result import InferenceResult
 from .selection import choose, session_fallback
@@ -39,7 +39,6 @@ from .watchdog import WATCHDOG
 
 log = logging.getLogger("edge_runtime")
 _logged_fallbacks: set[str] = set()
-_logged_isa: set[str] = set()
 
 
 def load(path, device: str = "auto", *, strict: bool = False, target: str | None = None,
@@ -469,46 +468,6 @@ class Runtime:
             "verified_here": self.verified_here,
             "tuned": tuned_summary(self.tuned, self.choice),
         }
-
-
-def tuned_summary(entry: dict | None, choice) -> dict | None:
-    """The measured choice beside the static one, with the figures (``rt.info()["tuned"]``)."""
-    if not entry:
-        return None
-    rows = entry.get("rows", [])
-    return {"decided_by": choice.decided_by, "static": entry.get("static"), "decision": entry.get("decision"),
-            "measured": [{k: r.get(k) for k in ("target", "backend", "device_options", "metric", "value", "budget",
-                                                "passed", "latency_ms_median", "batch_items_per_s")
-                          if k in r} | ({"error": r["error"]["code"]} if "error" in r else {}) for r in rows],
-            "created": entry.get("created"), "cache_file": entry.get("cache_file")}
-
-
-def isa_note(manifest, hardware, device: str) -> dict:
-    """Where the recorded parity was measured against where this runs: the int8 class of the
-    build host and of this device, and whether a verify has been run here."""
-    built = ((manifest.get("build") or {}).get("host_info") or {})
-    here = host.int8_class(hardware, device)
-    verified = tuning.lookup_verify(manifest.get("manifest_sha256"), hardware, device)
-    note = {"built_on": built.get("int8_class"), "built_on_cpu": built.get("cpu"), "here": here,
-            "verified_here": verified}
-    if not built:
-        note["note"] = "the artifact does not record its build host"
-        note["same"] = None
-        return note
-    note["same"] = built.get("int8_class") == here
-    if not note["same"]:
-        text = (f"the recorded parity was measured on {built.get('int8_class')} ({built.get('cpu')}); "
-                        f"this runs on {here}: " + ("verified here: " + _verified_text(verified) if verified else
-                                                     "not verified here (edge-infer verify, or load(verify=True))"))
-        note["note"] = text
-        if text not in _logged_isa:
-            _logged_isa.add(text)
-            log.warning("%s", text)
-    return note
-
-
-def _verified_text(v: dict) -> str:
-    return f"{v.get('metric')} {v.get('value')} against budget {v.get('budget')} on {v.get('created')}"
 
 
 def device_options_for(backend, variant: dict, caller: dict | None) -> tuple[dict, dict, list[str]]:

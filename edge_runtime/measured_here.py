@@ -1,0 +1,53 @@
+"""What the runtime reports about measurements on this machine: the ISA note at load (where
+the recorded parity came from against where this runs, and whether a verify ran here) and
+the cached tune decision beside the static choice (``rt.info()["isa"]``, ``["tuned"]``)."""
+
+from __future__ import annotations
+
+import logging
+
+from . import host
+from . import tune as tuning
+
+log = logging.getLogger("edge_runtime")
+_logged_isa: set[str] = set()
+
+
+def tuned_summary(entry: dict | None, choice) -> dict | None:
+    """The measured choice beside the static one, with the figures (``rt.info()["tuned"]``)."""
+    if not entry:
+        return None
+    rows = entry.get("rows", [])
+    return {"decided_by": choice.decided_by, "static": entry.get("static"), "decision": entry.get("decision"),
+            "measured": [{k: r.get(k) for k in ("target", "backend", "device_options", "metric", "value", "budget",
+                                                "passed", "latency_ms_median", "batch_items_per_s")
+                          if k in r} | ({"error": r["error"]["code"]} if "error" in r else {}) for r in rows],
+            "created": entry.get("created"), "cache_file": entry.get("cache_file")}
+
+
+def isa_note(manifest, hardware, device: str) -> dict:
+    """Where the recorded parity was measured against where this runs: the int8 class of the
+    build host and of this device, and whether a verify has been run here."""
+    built = ((manifest.get("build") or {}).get("host_info") or {})
+    here = host.int8_class(hardware, device)
+    verified = tuning.lookup_verify(manifest.get("manifest_sha256"), hardware, device)
+    note = {"built_on": built.get("int8_class"), "built_on_cpu": built.get("cpu"), "here": here,
+            "verified_here": verified}
+    if not built:
+        note["note"] = "the artifact does not record its build host"
+        note["same"] = None
+        return note
+    note["same"] = built.get("int8_class") == here
+    if not note["same"]:
+        text = (f"the recorded parity was measured on {built.get('int8_class')} ({built.get('cpu')}); "
+                        f"this runs on {here}: " + ("verified here: " + _verified_text(verified) if verified else
+                                                     "not verified here (edge-infer verify, or load(verify=True))"))
+        note["note"] = text
+        if text not in _logged_isa:
+            _logged_isa.add(text)
+            log.warning("%s", text)
+    return note
+
+
+def _verified_text(v: dict) -> str:
+    return f"{v.get('metric')} {v.get('value')} against budget {v.get('budget')} on {v.get('created')}"
