@@ -86,6 +86,9 @@ def _encode_output(i: int, res) -> tuple[dict[str, np.ndarray], dict]:
         arrays[f"{i}.outputs.{name}"] = np.asarray(arr)
     meta = {"prediction": _json(res.prediction), "class_id": res.class_id, "top_k": _json(res.top_k),
             "scores": [[k, float(v)] for k, v in (res.scores or {}).items()]}
+    for key in ("detections", "keypoints"):
+        if getattr(res, key, None) is not None:
+            meta[key] = _json(getattr(res, key))
     return arrays, meta
 
 
@@ -113,7 +116,8 @@ def _decode_outputs(arrays: dict[str, np.ndarray], meta: list[dict]):
         scores = Scores(((k, v) for k, v in m.get("scores") or []), class_id=m.get("class_id"), top_k=m.get("top_k"))
         outs.append(TaskOutput(prediction=m.get("prediction"), scores=scores, embedding=emb,
                                outputs=Outputs(named) if named else None, class_id=m.get("class_id"),
-                               top_k=m.get("top_k")))
+                               top_k=m.get("top_k"), detections=m.get("detections"),
+                               keypoints=m.get("keypoints")))
     return outs
 
 

@@ -39,6 +39,8 @@ class InferenceResult:
     class_id: int | None = None          # classifiers: the prediction's class index
     top_k: list[dict] | None = None      # classifiers: [{"index", "label", "score"}], best first
     raw_outputs: dict[str, np.ndarray] | None = field(default=None, repr=False)  # tensors: quantized, as returned
+    detections: list[dict] | None = None  # object-detection: [{"label", "class_id", "score", "box"}], best first
+    keypoints: list[dict] | None = None   # pose-estimation: [{"name", "x", "y", "score"}]
 
     def __post_init__(self):
         if self.class_id is None:
@@ -66,6 +68,12 @@ class InferenceResult:
             "truncated": bool(self.truncated),
             "input_length": None if self.input_length is None else int(self.input_length),
         }
+        if self.detections is not None:
+            out["detections"] = [{"label": str(d["label"]), "class_id": int(d["class_id"]), "score": float(d["score"]),
+                                  "box": [float(v) for v in d["box"]]} for d in self.detections]
+        if self.keypoints is not None:
+            out["keypoints"] = [{"name": str(k["name"]), "x": float(k["x"]), "y": float(k["y"]),
+                                 "score": float(k["score"])} for k in self.keypoints]
         if self.outputs is not None:
             out["outputs"] = _arrays(self.outputs)
         if self.raw_outputs:

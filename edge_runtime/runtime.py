@@ -346,7 +346,7 @@ class Runtime:
             model=self.artifact.name, version=self.artifact.version, trace_id=trace_id or uuid.uuid4().hex,
             bucket=self.variant.buckets[prepared.bucket].name, truncated=prepared.truncated,
             input_length=prepared.length, outputs=res.outputs, class_id=res.class_id, top_k=res.top_k,
-            raw_outputs=res.raw_outputs,
+            raw_outputs=res.raw_outputs, detections=res.detections, keypoints=res.keypoints,
         )
 
     def _finish(self, outputs, prepared):

@@ -32,6 +32,7 @@ class Prepared:
     feeds: dict[str, np.ndarray]
     truncated: bool = False
     length: int | None = None          # tokens / pixels, for the drift histogram
+    meta: dict | None = None           # what finish needs beyond the feeds (vision: the letterbox transform)
 
 
 class Scores(dict):
@@ -67,6 +68,11 @@ class TaskOutput:
     class_id: int | None = None                  # the prediction's class index (classifiers)
     top_k: list[dict] | None = None              # [{"index", "label", "score"}], best first
     raw_outputs: dict[str, np.ndarray] | None = None   # tensors: the model's own (quantized) arrays
+    # object-detection: [{"label", "class_id", "score", "box": [x1, y1, x2, y2]}] in original-image pixels,
+    # best first
+    detections: list[dict] | None = None
+    # pose-estimation: [{"name", "x", "y", "score"}] in original-image pixels, one per named keypoint
+    keypoints: list[dict] | None = None
 
     def __post_init__(self):
         if self.class_id is None:

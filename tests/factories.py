@@ -15,6 +15,18 @@ from edge_runtime.manifest import FORMAT, FORMAT_VERSION
 WORDS = ["good", "bad", "great", "awful", "stock", "market", "crashes", "rises", "the", "a", "is", "movie"]
 
 
+# the tiny vision artifacts: task -> (output spec, postprocess, labels)
+VISION = {
+    "object-detection": ({"name": "output0", "dtype": "float32", "shape": [1, 7, 12]},
+                         {"family": "yolo", "output": "output0", "box_units": "pixels", "score_threshold": 0.25,
+                          "iou_threshold": 0.45, "max_detections": 20}, ["cat", "dog", "bird"]),
+    "pose-estimation": ({"name": "keypoints", "dtype": "float32", "shape": [1, 1, 17, 3]},
+                        {"output": "keypoints"}, None),
+    "semantic-segmentation": ({"name": "logits", "dtype": "float32", "shape": [1, 16, 16, 3]},
+                              {"output": "logits"}, ["background", "cat", "dog"]),
+}
+
+
 def tiny_tokenizer_json() -> str:
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
@@ -80,6 +92,15 @@ def make_artifact(root, task="text-classification", *, limits=None, buckets=(8, 
         specs = [{"name": "static", "inputs": [_t("image", "float32", [1, 1, 8, 8])],
                   "outputs": [_t("logits", "float32", [1, 10])]}]
         post = {"output": "logits", "softmax": True, "top_k": 3, "labels": "labels.txt"}
+    elif task in VISION:
+        pre = {"kind": "image", "size": [16, 16], "channels": 3, "scale": 1 / 255, "mean": [0.0], "std": [1.0],
+               "layout": "NCHW", "resize": "letterbox" if task == "object-detection" else "stretch",
+               "interpolation": "bilinear", "pad": 114}
+        out, post, labels = VISION[task]
+        if labels:
+            w.add_file("labels.txt", data=("\n".join(labels) + "\n").encode())
+            post = {**post, "labels": "labels.txt"}
+        specs = [{"name": "static", "inputs": [_t("images", "float32", [1, 3, 16, 16])], "outputs": [out]}]
     else:
         pre = {"kind": "tensors"}
         specs = [{"name": "static", "inputs": [_t("x", "float32", [1, 4]), _t("k", "int32", [1, 2])],
@@ -108,6 +129,8 @@ def probe_inputs(task: str, n: int) -> list:
         return [" ".join(rng.choice(WORDS, size=int(rng.integers(2, 12)))) for _ in range(n)]
     if task == "image-classification":
         return [png_bytes(rng.integers(0, 256, size=(8, 8), dtype=np.uint8)) for _ in range(n)]
+    if task in VISION:
+        return [png_bytes(rng.integers(0, 256, size=(12 + i % 9, 20, 3), dtype=np.uint8)) for i in range(n)]
     return [{"x": rng.standard_normal((1, 4)).astype(np.float32), "k": rng.integers(0, 9, (1, 2)).astype(np.int32)}
             for _ in range(n)]
 
