@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .onnx_rewrites import (_prune_opsets, activation_matmuls, gelu_fed_matmuls, head_nodes, matmul_integer,
-                            smooth_quant)
+                            output_tail_nodes, smooth_quant)
 
 _BASE = {
     "per_channel": True,
@@ -47,6 +47,7 @@ _BASE = {
     "exclude_gelu_matmuls": False,     # keep MatMul/Gemm fed by GELU (FFN2) in float
     "exclude_activation_matmuls": False,  # keep MatMuls with no constant input (attention QK^T, PV) in float
     "exclude_head": False,             # keep nodes after the last LayerNormalization (pooling/label head) in float
+    "exclude_output_tail": False,      # keep the nodes after the last Conv/Gemm/MatMul of each output in float
     "nodes_to_exclude": [],            # node names, or "re:<pattern>" matched against node names
     "reduce_range": False,
     "matmul_float_output": False,      # leave MatMul/Gemm outputs in float and run MatMuls as MatMulInteger
@@ -132,7 +133,7 @@ def _validate(cfg: dict) -> None:
             bad(key, " or ".join(_QTYPES))
     if cfg["calibrate_method"] not in _CALIB:
         bad("calibrate_method", " | ".join(_CALIB))
-    for key in ("per_channel", "exclude_gelu_matmuls", "exclude_activation_matmuls", "exclude_head",
+    for key in ("per_channel", "exclude_gelu_matmuls", "exclude_activation_matmuls", "exclude_head", "exclude_output_tail",
                 "matmul_float_output", "reduce_range"):
         if not isinstance(cfg[key], bool):
             bad(key, "true or false")
@@ -197,6 +198,8 @@ def _excluded(model, cfg: dict) -> list[str]:
         out |= set(activation_matmuls(model))
     if cfg["exclude_head"]:
         out |= set(head_nodes(model))
+    if cfg["exclude_output_tail"]:
+        out |= set(output_tail_nodes(model))
     return sorted(out)
 
 

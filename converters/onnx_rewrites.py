@@ -67,6 +67,27 @@ def head_nodes(model) -> list[str]:
     return sorted(out)
 
 
+_COMPUTE = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
+
+
+def output_tail_nodes(model) -> list[str]:
+    """The nodes between the last compute nodes (Conv/Gemm/MatMul) and the graph outputs: a
+    detector's decode tail (Sigmoid, Split, Reshape, Transpose, Concat of boxes with scores).
+    Quantized, a Concat of box offsets (tens of pixels) with sigmoid scores (0..1) shares one
+    scale, and the scores keep a few levels; kept in float, every output stays exact."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    out, stack, seen = set(), [o.name for o in model.graph.output], set()
+    while stack:
+        t = stack.pop()
+        n = producer.get(t)
+        if n is None or n.name in seen or n.op_type in _COMPUTE:
+            continue
+        seen.add(n.name)
+        out.add(n.name)
+        stack.extend(n.input)
+    return sorted(out)
+
+
 def smooth_quant(model, feeds: list[dict], alpha: float, exclude: set, op_types) -> list[dict]:
     """SmoothQuant (Xiao et al. 2023) without folding: for every activation
     X feeding MatMul/Gemm nodes with a constant 2-D weight that will be

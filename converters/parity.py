@@ -15,7 +15,10 @@ import numpy as np
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.limits import DEFAULT_LIMITS
 
-DEFAULT_BUDGETS = {"top1_agreement": 0.99, "cosine_mean": 0.99}
+# detection_f1: int8 detections matched to fp32 ones by class at IoU >= 0.5 (F1); keypoint_pck: the share of
+# keypoints within 5% of the image diagonal of the reference; pixel_agreement: the share of equal class pixels
+DEFAULT_BUDGETS = {"top1_agreement": 0.99, "cosine_mean": 0.99, "detection_f1": 0.90, "keypoint_pck": 0.95,
+                   "pixel_agreement": 0.97}
 
 
 def measure(task_ref, sessions_ref, task_cand, sessions_cand, samples, limits=DEFAULT_LIMITS) -> dict:

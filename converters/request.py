@@ -67,6 +67,7 @@ class ConvertRequest:
     min_parity: float | None = None
     parity_data: Path | None = None
     preprocess: dict | None = None
+    postprocess: dict | None = None       # tasks that decode outputs (object-detection: family, thresholds)
     name: str | None = None
     version: str = "1"
     recipe: str | None = None
@@ -141,6 +142,9 @@ def check_request(req: ConvertRequest) -> None:
     if task.needs_preprocess and not req.preprocess:
         raise InputError(f"{req.task} needs --preprocess ({', '.join(task.preprocess_keys)})",
                          code=ec.CONVERT_PREPROCESS_MISSING)
+    if req.postprocess and not task.takes_postprocess:
+        raise InputError(f"--postprocess/--family: task {req.task} takes no post-processing settings",
+                         code=ec.CONVERT_REQUEST_INVALID)
     if req.labels and not task.takes_labels:
         raise InputError(f"--labels: task {req.task} takes no labels (drop --labels)", code=ec.CONVERT_LABELS_UNUSED)
     out = Path(req.out)

@@ -11,7 +11,7 @@ from . import error_codes as ec
 from .errors import EdgeRuntimeError, InferenceRuntimeError
 
 
-def run_grouped(rt, items: list, lim, deadline) -> list:
+def run_grouped(rt, items: list, lim, deadline, options: dict | None = None) -> list:
     """Batch path for batched sessions (``run_many``: OpenVINO's AsyncInferQueue).
 
     Items are prepared first (an input error stays that item's result),
@@ -28,7 +28,7 @@ def run_grouped(rt, items: list, lim, deadline) -> list:
     groups: dict[int, list] = {}
     for i, raw in enumerate(items):
         try:
-            prepared = rt._prepare(raw, lim)
+            prepared = rt._prepare(raw, lim, options)
         except EdgeRuntimeError as exc:
             out[i] = exc
             continue

@@ -89,6 +89,11 @@ def _json_arg(value, what):
                    "its fallback (tflite-int8), recorded in skipped_targets, instead of failing.")
 @click.option("--preprocess", help="Image pre-processing JSON (file or text): size, channels, scale, mean, std, "
                                    "layout, resize, input.")
+@click.option("--postprocess", help="Post-processing JSON (file or text), for tasks that decode outputs: an "
+                                    "object detector's family and parameters, thresholds ({\"family\": \"yolox\", "
+                                    "\"score_threshold\": 0.3}).")
+@click.option("--family", help="Object detection: the decode family (yolo, yolox, gfl, ssd-postprocess); "
+                               "the same as --postprocess '{\"family\": ...}'.")
 @click.option("--recipe", help="Quantization recipe (cnn, transformer, ...), target=recipe pairs, or auto: each "
                                "target's recipes tried fastest first, the first that meets the budget kept.")
 @click.option("--recipe-override", "recipe_overrides", help="JSON object overriding recipe keys.")
@@ -101,7 +106,7 @@ def _json_arg(value, what):
 @_guard
 def convert(source, out, task, targets, calibration, labels, tokenizer, buckets, input_shapes, min_parity,
             parity_data, min_calibration_samples, min_parity_samples, allow_few_samples, probe_samples,
-            probe_max_bytes, allow_skip, preprocess, recipe, recipe_overrides, torch_source, name, model_version,
+            probe_max_bytes, allow_skip, preprocess, postprocess, family, recipe, recipe_overrides, torch_source, name, model_version,
             force, as_json):
     """Convert SOURCE (a float ONNX model) to an int8 static-shape artifact.
 
@@ -132,11 +137,17 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
             bucket_list = [int(b) for b in buckets.split(",") if b.strip()]
         except ValueError:
             raise InputError(f"--buckets must be integers, got {buckets!r}", code=ec.CONVERT_BUCKETS_INVALID) from None
+    post = _json_arg(postprocess, "--postprocess")
+    if post is not None and not isinstance(post, dict):
+        raise InputError(f"--postprocess must be a JSON object, got {type(post).__name__}",
+                         code=ec.CONVERT_REQUEST_INVALID)
+    if family:
+        post = {**(post or {}), "family": family}
     req = ConvertRequest(
         source=Path(source), out=Path(out), task=task, targets=list(targets), calibration=Path(calibration),
         labels=Path(labels) if labels else None, tokenizer=Path(tokenizer) if tokenizer else None,
         buckets=bucket_list, min_parity=min_parity, parity_data=Path(parity_data) if parity_data else None,
-        preprocess=_json_arg(preprocess, "--preprocess"), name=name, version=model_version, recipe=recipe,
+        preprocess=_json_arg(preprocess, "--preprocess"), postprocess=post, name=name, version=model_version, recipe=recipe,
         recipe_overrides=_json_arg(recipe_overrides, "--recipe-override"), force=force,
         torch_source=Path(torch_source) if torch_source else None, input_shapes=_shapes(input_shapes),
         min_calibration_samples=min_calibration_samples, min_parity_samples=min_parity_samples,

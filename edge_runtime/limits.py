@@ -24,6 +24,7 @@ class Limits:
     max_image_pixels: int = 40_000_000
     deadline_ms: int = 5_000
     max_json_depth: int = 32
+    max_detections: int = 300          # detections in one result (a detector's max_detections is capped to it)
 
     def to_dict(self) -> dict:
         return asdict(self)

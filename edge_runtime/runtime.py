@@ -246,12 +246,15 @@ class Runtime:
 
     # -- serving -----------------------------------------------------------
     def infer(self, raw, *, deadline_ms: int | None = None, limits: dict | None = None,
-              trace_id: str | None = None) -> InferenceResult:
+              trace_id: str | None = None, options: dict | None = None) -> InferenceResult:
+        """One result for ``raw``. ``options`` are the task's per-call settings (``Task.call_options``:
+        a detector's thresholds), checked against the limits; a task without any refuses them."""
         t0 = time.perf_counter()
         lim = self.limits if limits is None else self.limits.merged(limits)
         try:
             deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
-            return self._observe(self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, trace_id))
+            opts = self._options(options, lim)
+            return self._observe(self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, trace_id, opts))
         except EdgeRuntimeError as exc:
             self._metrics.error(exc)
             raise
@@ -268,7 +271,15 @@ class Runtime:
         ``edge_runtime.metrics.prometheus_text(rt.metrics())`` renders it for a scrape."""
         return self._metrics.snapshot()
 
-    def infer_batch(self, items, *, deadline_ms: int | None = None, limits: dict | None = None) -> list:
+    def _options(self, options, lim: Limits) -> dict | None:
+        if options is None:
+            return None
+        if not isinstance(options, dict):
+            raise InputError(f"options must be a dict, not {type(options).__name__}", code=ec.INPUT_WRONG_TYPE)
+        return self.task.check_call_options(options, lim) if options else None
+
+    def infer_batch(self, items, *, deadline_ms: int | None = None, limits: dict | None = None,
+                    options: dict | None = None) -> list:
         """One ``InferenceResult`` or ``EdgeRuntimeError`` per item, in input order.
 
         The batch as a whole is checked first (item count, total size); the
@@ -277,14 +288,15 @@ class Runtime:
         whole batch, bounded by ``deadline × items`` per bucket group.
         """
         try:
-            results = self._batch(items, deadline_ms, limits)
+            results = self._batch(items, deadline_ms, limits, options)
         except EdgeRuntimeError as exc:       # the batch as a whole was refused
             self._metrics.error(exc)
             raise
         return [self._observe(r) for r in results]
 
-    def _batch(self, items, deadline_ms, limits) -> list:
+    def _batch(self, items, deadline_ms, limits, options=None) -> list:
         lim = self.limits if limits is None else self.limits.merged(limits)
+        opts = self._options(options, lim)
         if isinstance(items, np.ndarray) and items.ndim > 0:
             items = list(items)                  # a stacked array: one item per leading index
         if not isinstance(items, (list, tuple)):
@@ -299,21 +311,21 @@ class Runtime:
                              code=ec.INPUT_TOO_LARGE, limit=lim.max_request_bytes)
         deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
         if len(items) > 1 and self._batched:
-            return run_grouped(self, list(items), lim, deadline)
+            return run_grouped(self, list(items), lim, deadline, opts)
         out = []
         for raw in items:
             t0 = time.perf_counter()
             try:
-                out.append(self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, None))
+                out.append(self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, None, opts))
             except EdgeRuntimeError as exc:
                 out.append(exc)
         return out
 
-    def _infer_one(self, raw, lim: Limits, t0: float, t_end: float, deadline: float, trace_id):
+    def _infer_one(self, raw, lim: Limits, t0: float, t_end: float, deadline: float, trace_id, opts=None):
         if self._closed:
             raise InferenceRuntimeError("runtime is closed", code=ec.RUNTIME_CLOSED, device=self.device,
                                         variant=self.variant.target)
-        prepared = self._prepare(raw, lim)
+        prepared = self._prepare(raw, lim, opts)
         sess = self._sessions[prepared.bucket]
         remaining = t_end - time.perf_counter()
         if remaining <= 0:
@@ -326,13 +338,16 @@ class Runtime:
             outputs = self._run_pooled(sess, prepared, remaining, deadline, cancellable)
         return self._result(self._finish(outputs, prepared), prepared, t0, trace_id)
 
-    def _prepare(self, raw, lim: Limits):
+    def _prepare(self, raw, lim: Limits, opts: dict | None = None):
         size = self.task.request_bytes(raw)
         if size > lim.max_request_bytes:
             raise InputError(f"request is {size} bytes, over the limit of {lim.max_request_bytes}",
                              code=ec.INPUT_TOO_LARGE, limit=lim.max_request_bytes)
         try:
-            return self.task.prepare(raw, lim)
+            prepared = self.task.prepare(raw, lim)
+            if opts:
+                prepared.meta = {**(prepared.meta or {}), "options": opts}
+            return prepared
         except EdgeRuntimeError:
             raise
         except Exception as exc:  # a task bug or an exotic input must still be typed

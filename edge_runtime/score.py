@@ -12,7 +12,9 @@ Output is JSONL, one complete line per input::
   an id, since it could collide with a real one;
 - ``line``: the 1-based line of the input file where the record starts (``null``
   for an image folder);
-- ``result``: ``InferenceResult.to_dict()``; ``error``: the typed error.
+- ``result``: ``InferenceResult.to_dict()`` (with ``detections`` / ``keypoints``
+  for those tasks; a segmentation's ``outputs["mask"]`` summarised by
+  ``draw.summarize``: shape and per-class pixel counts); ``error``: the typed error.
 
 Lines are written a batch at a time in one write and flushed (fsync at most
 once a second), so a crash or ``kill -9`` leaves a prefix of complete lines
@@ -168,7 +170,9 @@ def _line(record: Record, outcome) -> dict:
     if isinstance(outcome, EdgeRuntimeError):
         err = outcome.to_dict()
         return {**head, "ok": False, "error": {k: err[k] for k in ("type", "code", "message") if k in err}}
-    return {**head, "ok": True, "result": outcome.to_dict()}
+    from .draw import summarize         # a segmentation mask: its shape and per-class counts, not every pixel
+
+    return {**head, "ok": True, "result": summarize(outcome.to_dict())}
 
 
 # -- the job record ------------------------------------------------------------------

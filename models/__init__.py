@@ -28,6 +28,9 @@ _BUILTIN = {
     "text-embedding": "edge_runtime.models.text_embedding:TextEmbedding",
     "image-classification": "edge_runtime.models.image_classification:ImageClassification",
     "tensors": "edge_runtime.models.tensors:Tensors",
+    "object-detection": "edge_runtime.models.object_detection:ObjectDetection",
+    "pose-estimation": "edge_runtime.models.pose_estimation:PoseEstimation",
+    "semantic-segmentation": "edge_runtime.models.semantic_segmentation:SemanticSegmentation",
 }
 
 

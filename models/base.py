@@ -133,6 +133,8 @@ class Task:
     score_field: str = "inputs"            # the record field `edge-infer score` reads by default
     length_unit: str = "units"             # unit of Prepared.length (the input-length histogram)
 
+    call_options: tuple[str, ...] = ()     # per-call settings infer(options=...) takes (check_call_options)
+
     # -- convert -------------------------------------------------------------
     sequence_buckets: bool = False         # buckets are sequence lengths (--buckets); else one static shape
     default_buckets: tuple[int, ...] = ()  # the sequence lengths used without --buckets
@@ -140,6 +142,7 @@ class Task:
     needs_tokenizer: bool = False          # convert refuses it without --tokenizer
     needs_preprocess: bool = False         # convert refuses it without --preprocess
     takes_labels: bool = False             # --labels allowed (convert and import)
+    takes_postprocess: bool = False        # --postprocess/--family allowed (convert): build_sections reads them
     preprocess_keys: tuple[str, ...] = ()  # the --preprocess keys it reads (check_preprocess types them)
 
     # -- the manifest --------------------------------------------------------
@@ -164,6 +167,12 @@ class Task:
 
     def finish(self, outputs: dict[str, np.ndarray], prepared: Prepared) -> TaskOutput:
         raise NotImplementedError
+
+    def check_call_options(self, options: dict, limits) -> dict:
+        """``options`` (``infer(options=...)``) checked against ``call_options`` and ``limits``; what
+        ``finish`` reads from ``prepared.meta["options"]``. Default: the task takes none."""
+        raise InputError(f"task {self.name} takes no per-call options (got {', '.join(map(repr, options))})",
+                         code=ec.INPUT_INVALID)
 
     def request_bytes(self, raw) -> int:
         """Approximate size of one raw input, for the request-size limit."""

@@ -29,7 +29,8 @@ from edge_runtime.errors import ArtifactError, InputError
 from edge_runtime.limits import DEFAULT_LIMITS
 from edge_runtime.models.base import Prepared, Task, TaskOutput
 
-BUILTINS = ("text-classification", "text-embedding", "image-classification", "tensors")
+BUILTINS = ("text-classification", "text-embedding", "image-classification", "tensors", "object-detection",
+            "pose-estimation", "semantic-segmentation")
 INPUT_KINDS = ("text", "image", "tensors")
 SECTIONS = ("preprocess", "postprocess")
 BAD_INPUTS = (object(), None, 3.5)          # no task takes these: each is an InputError from prepare()

@@ -1,0 +1,299 @@
+"""Detector output decoding, one entry per family, and class-wise NMS (pure numpy).
+
+A family turns a model's (dequantized) outputs into candidate boxes in
+model-input pixels, ``x1, y1, x2, y2``, with one score and class each. The
+manifest's ``postprocess`` names the family and its parameters; there is no
+per-model code. Each family's ``resolve(outputs, post, input_hw)`` checks the
+output specs against what it decodes (``TaskMismatch`` naming the tensor) and
+returns the parameters filled in from the shapes (tensor names, layout, grid
+sizes); ``decode(arrays, params, input_hw)`` does the arithmetic.
+
+- ``yolo`` (Ultralytics v8/v11; v5-style with ``objectness``): one
+  ``[1, 4+C, N]`` (``layout`` ``channels_first``) or ``[1, N, 4+C]`` output,
+  cx, cy, w, h then C class scores (sigmoid applied, else ``class_activation``
+  ``sigmoid``); ``box_units`` ``pixels`` (ONNX exports) or ``normalized``
+  (TFLite exports: 0..1 of the input size).
+- ``yolox``: ``[1, N, 5+C]``, N = sum over ``strides`` of the grid cells; per
+  cell dx, dy, log w, log h, objectness, C classes: ``xy = (d + grid)·stride``,
+  ``wh = exp(·)·stride``, score = obj·cls.
+- ``gfl`` (NanoDet): per stride one class-score map ``[1, N, C]`` and one box
+  distribution ``[1, N, 4·(reg_max+1)]``: softmax over the bins, projected on
+  0..reg_max, ×stride, around the centre ``(idx + center_offset)·stride``.
+  Outputs are matched to strides by their cell count and to cls/reg by their
+  width, never by name (exports name them out of order).
+- ``ssd-postprocess``: the four outputs of ``TFLite_Detection_PostProcess``:
+  boxes ``[1, K, 4]`` (ymin, xmin, ymax, xmax, normalised), classes ``[1, K]``,
+  scores ``[1, K]``, count ``[1]``; NMS already ran in the graph.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import TaskMismatch
+
+class Family:
+    """A decode family: ``resolve`` checks and completes the parameters, ``decode`` does the arithmetic."""
+
+    name = ""
+
+    @staticmethod
+    def resolve(outputs: list[dict], post: dict, input_hw) -> dict:
+        raise NotImplementedError
+
+    @staticmethod
+    def decode(arrays: dict, p: dict, input_hw) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+
+FAMILIES: dict[str, type[Family]] = {}
+
+
+def _family(cls):
+    FAMILIES[cls.name] = cls
+    return cls
+
+
+def _shape(spec: dict) -> list[int]:
+    return [int(d) for d in spec.get("shape", [])]
+
+
+def _show(outputs: list[dict]) -> str:
+    return ", ".join(f"{o['name']!r} {_shape(o)}" for o in outputs)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _one_output(outputs: list[dict], post: dict, family: str) -> dict:
+    name = post.get("output")
+    if name is not None:
+        found = [o for o in outputs if o["name"] == name]
+        if not found:
+            raise TaskMismatch(f"{family}: the model has no output {name!r} (it has "
+                               f"{', '.join(repr(o['name']) for o in outputs)})")
+        return found[0]
+    if len(outputs) != 1:
+        raise TaskMismatch(f"{family} decodes one output, this model has {len(outputs)} "
+                           f"({_show(outputs)}): name it in postprocess "
+                           f"'output' or choose another --family")
+    return outputs[0]
+
+
+def _cells(strides, input_hw) -> list[int]:
+    h, w = input_hw
+    return [int(np.ceil(h / s)) * int(np.ceil(w / s)) for s in strides]
+
+
+@_family
+class Yolo(Family):
+    name = "yolo"
+
+    @staticmethod
+    def resolve(outputs, post, input_hw) -> dict:
+        spec = _one_output(outputs, post, "yolo")
+        s = _shape(spec)
+        obj = bool(post.get("objectness", False))
+        extra = 5 if obj else 4
+        if len(s) != 3 or s[0] != 1:
+            raise TaskMismatch(f"yolo: output {spec['name']!r} has shape {s}; it needs [1, {extra}+C, N] or "
+                               f"[1, N, {extra}+C]")
+        layout = post.get("layout") or ("channels_first" if s[1] < s[2] else "channels_last")
+        width = s[1] if layout == "channels_first" else s[2]
+        if layout not in ("channels_first", "channels_last") or width <= extra:
+            raise TaskMismatch(f"yolo: output {spec['name']!r} has shape {s}: no room for {extra} box values and "
+                               f"class scores ({layout})")
+        units = post.get("box_units", "pixels")
+        if units not in ("pixels", "normalized"):
+            raise TaskMismatch(f"yolo: box_units {units!r}: need pixels or normalized")
+        return {"output": spec["name"], "layout": layout, "objectness": obj, "box_units": units,
+                "class_activation": post.get("class_activation", "none"), "classes": width - extra}
+
+    @staticmethod
+    def decode(arrays, p, input_hw):
+        a = arrays[p["output"]][0]
+        a = a.T if p["layout"] == "channels_first" else a            # [N, 4(+1)+C]
+        extra = 5 if p["objectness"] else 4
+        cls = a[:, extra:]
+        if p["class_activation"] == "sigmoid":
+            cls = _sigmoid(cls)
+        ids = cls.argmax(1)
+        scores = cls[np.arange(len(ids)), ids]
+        if p["objectness"]:
+            scores = scores * a[:, 4]
+        cx, cy, w, h = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
+        boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
+        if p["box_units"] == "normalized":
+            boxes = boxes * np.array([input_hw[1], input_hw[0]] * 2, dtype=np.float32)
+        return boxes, scores, ids
+
+
+@_family
+class Yolox(Family):
+    name = "yolox"
+
+    @staticmethod
+    def resolve(outputs, post, input_hw) -> dict:
+        spec = _one_output(outputs, post, "yolox")
+        s = _shape(spec)
+        strides = [int(v) for v in post.get("strides", [8, 16, 32])]
+        n = sum(_cells(strides, input_hw))
+        if len(s) != 3 or s[0] != 1 or s[1] != n or s[2] <= 5:
+            raise TaskMismatch(f"yolox: output {spec['name']!r} has shape {s}; with strides {strides} on a "
+                               f"{input_hw[0]}x{input_hw[1]} input it needs [1, {n}, 5+C]")
+        return {"output": spec["name"], "strides": strides, "activation": post.get("activation", "none"),
+                "classes": s[2] - 5}
+
+    @staticmethod
+    def decode(arrays, p, input_hw):
+        a = arrays[p["output"]][0]
+        grids, steps = [], []
+        h, w = input_hw
+        for s in p["strides"]:
+            gh, gw = int(np.ceil(h / s)), int(np.ceil(w / s))
+            yv, xv = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+            grids.append(np.stack([xv, yv], -1).reshape(-1, 2))
+            steps.append(np.full((gh * gw, 1), s, dtype=np.float32))
+        grid = np.concatenate(grids).astype(np.float32)
+        stride = np.concatenate(steps)
+        xy = (a[:, :2] + grid) * stride
+        wh = np.exp(np.minimum(a[:, 2:4], 20.0)) * stride
+        obj, cls = a[:, 4], a[:, 5:]
+        if p["activation"] == "sigmoid":
+            obj, cls = _sigmoid(obj), _sigmoid(cls)
+        ids = cls.argmax(1)
+        scores = cls[np.arange(len(ids)), ids] * obj
+        boxes = np.concatenate([xy - wh / 2, xy + wh / 2], 1)
+        return boxes, scores, ids
+
+
+@_family
+class Gfl(Family):
+    name = "gfl"
+
+    @staticmethod
+    def resolve(outputs, post, input_hw) -> dict:
+        strides = [int(v) for v in post.get("strides", [8, 16, 32])]
+        reg_max = int(post.get("reg_max", 7))
+        bins = 4 * (reg_max + 1)
+        cells = _cells(strides, input_hw)
+        cls_names, reg_names, classes = [], [], None
+        for n, s in zip(cells, strides):
+            here = [o for o in outputs if (lambda sh: len(sh) >= 2 and sh[-2] == n and all(d == 1 for d in sh[:-2]))
+                    (_shape(o))]
+            reg = [o for o in here if _shape(o)[-1] == bins]
+            cls = [o for o in here if _shape(o)[-1] != bins]
+            if len(reg) != 1 or len(cls) != 1:
+                shown = _show(outputs)
+                raise TaskMismatch(f"gfl: stride {s} on a {input_hw[0]}x{input_hw[1]} input needs one class map "
+                                   f"[1, {n}, C] and one box distribution [1, {n}, {bins}] (reg_max {reg_max}); "
+                                   f"the outputs are {shown}")
+            c = _shape(cls[0])[-1]
+            if classes is not None and c != classes:
+                raise TaskMismatch(f"gfl: output {cls[0]['name']!r} has {c} classes, another stride {classes}")
+            classes = c
+            cls_names.append(cls[0]["name"])
+            reg_names.append(reg[0]["name"])
+        return {"cls_outputs": cls_names, "reg_outputs": reg_names, "strides": strides, "reg_max": reg_max,
+                "center_offset": float(post.get("center_offset", 0.0)), "activation": post.get("activation", "none"),
+                "classes": classes}
+
+    @staticmethod
+    def decode(arrays, p, input_hw):
+        h, w = input_hw
+        proj = np.arange(p["reg_max"] + 1, dtype=np.float32)
+        all_boxes, all_scores, all_ids = [], [], []
+        for cname, rname, s in zip(p["cls_outputs"], p["reg_outputs"], p["strides"]):
+            cls = arrays[cname].reshape(-1, p["classes"])
+            if p["activation"] == "sigmoid":
+                cls = _sigmoid(cls)
+            ids = cls.argmax(1)
+            scores = cls[np.arange(len(ids)), ids]
+            reg = arrays[rname].reshape(-1, 4, p["reg_max"] + 1)
+            reg = np.exp(reg - reg.max(-1, keepdims=True))
+            dist = (reg / reg.sum(-1, keepdims=True)) @ proj * s              # [N, 4]: left, top, right, bottom
+            gw = int(np.ceil(w / s))
+            idx = np.arange(len(ids))
+            cx = (idx % gw + p["center_offset"]) * s
+            cy = (idx // gw + p["center_offset"]) * s
+            all_boxes.append(np.stack([cx - dist[:, 0], cy - dist[:, 1], cx + dist[:, 2], cy + dist[:, 3]], 1))
+            all_scores.append(scores)
+            all_ids.append(ids)
+        return np.concatenate(all_boxes), np.concatenate(all_scores), np.concatenate(all_ids)
+
+
+@_family
+class SsdPostprocess(Family):
+    name = "ssd-postprocess"
+
+    @staticmethod
+    def resolve(outputs, post, input_hw) -> dict:
+        names = post.get("outputs")
+        if names:
+            by = {o["name"]: o for o in outputs}
+            missing = [v for v in names.values() if v not in by]
+            if missing:
+                raise TaskMismatch(f"ssd-postprocess: the model has no output {missing[0]!r}")
+            picked = {k: by[v] for k, v in names.items()}
+        else:
+            boxes = [o for o in outputs if len(_shape(o)) == 3 and _shape(o)[-1] == 4]
+            rows = [o for o in outputs if len(_shape(o)) == 2]
+            count = [o for o in outputs if _shape(o) in ([1], [])]
+            if len(outputs) != 4 or len(boxes) != 1 or len(rows) != 2 or len(count) != 1:
+                shown = _show(outputs)
+                raise TaskMismatch(f"ssd-postprocess needs the 4 outputs of TFLite_Detection_PostProcess (boxes "
+                                   f"[1, K, 4], classes [1, K], scores [1, K], count [1]); the outputs are {shown}")
+            picked = {"boxes": boxes[0], "classes": rows[0], "scores": rows[1], "count": count[0]}
+        k = _shape(picked["boxes"])[1] if len(_shape(picked["boxes"])) == 3 else 0
+        for key in ("classes", "scores"):
+            if _shape(picked[key]) != [1, k]:
+                raise TaskMismatch(f"ssd-postprocess: {key} output {picked[key]['name']!r} has shape "
+                                   f"{_shape(picked[key])}, boxes {picked['boxes']['name']!r} need [1, {k}]")
+        return {"outputs": {key: o["name"] for key, o in picked.items()}, "classes": None}
+
+    @staticmethod
+    def decode(arrays, p, input_hw):
+        names = p["outputs"]
+        n = int(np.clip(np.asarray(arrays[names["count"]]).reshape(-1)[0], 0, arrays[names["scores"]].shape[1]))
+        b = arrays[names["boxes"]][0, :n]
+        h, w = input_hw
+        boxes = np.stack([b[:, 1] * w, b[:, 0] * h, b[:, 3] * w, b[:, 2] * h], 1)
+        ids = np.rint(arrays[names["classes"]][0, :n]).astype(np.int64)
+        return boxes, arrays[names["scores"]][0, :n], ids
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, ids: np.ndarray, iou: float, limit: int) -> np.ndarray:
+    """Indices kept by class-wise greedy NMS, best first, at most ``limit``. Classes never
+    suppress each other: each class's boxes are shifted into their own region first."""
+    if len(scores) == 0:
+        return np.zeros(0, dtype=np.int64)
+    span = float(np.abs(boxes).max()) + 1.0
+    b = boxes + (ids.astype(np.float32) * 2 * span)[:, None]
+    area = np.maximum(b[:, 2] - b[:, 0], 0) * np.maximum(b[:, 3] - b[:, 1], 0)
+    order = np.argsort(-scores, kind="stable")
+    keep: list[int] = []
+    while order.size and len(keep) < limit:
+        i = int(order[0])
+        keep.append(i)
+        rest = order[1:]
+        xx1 = np.maximum(b[i, 0], b[rest, 0])
+        yy1 = np.maximum(b[i, 1], b[rest, 1])
+        xx2 = np.minimum(b[i, 2], b[rest, 2])
+        yy2 = np.minimum(b[i, 3], b[rest, 3])
+        inter = np.maximum(xx2 - xx1, 0) * np.maximum(yy2 - yy1, 0)
+        union = area[i] + area[rest] - inter
+        order = rest[inter <= iou * np.maximum(union, 1e-12)]
+    return np.asarray(keep, dtype=np.int64)
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``[len(a), len(b)]`` IoU of x1, y1, x2, y2 boxes."""
+    a, b = np.asarray(a, dtype=np.float64).reshape(-1, 4), np.asarray(b, dtype=np.float64).reshape(-1, 4)
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.prod(np.clip(rb - lt, 0, None), -1)
+    area = lambda x: np.prod(np.clip(x[:, 2:] - x[:, :2], 0, None), -1)  # noqa: E731
+    union = area(a)[:, None] + area(b)[None, :] - inter
+    same = (a[:, None, :] == b[None, :, :]).all(-1)          # a degenerate box still matches itself
+    return np.where(union > 0, inter / np.maximum(union, 1e-12), same.astype(np.float64))

@@ -1,0 +1,277 @@
+"""object-detection: image → letterbox/stretch → detector → family decode → class-wise NMS → boxes.
+
+Each detection is ``{"label", "class_id", "score", "box": [x1, y1, x2, y2]}`` in
+original-image pixels, best first. The manifest's ``postprocess`` holds the
+decode family and its parameters (:mod:`.detection_decode`; resolved against
+the outputs at import, at convert and again at load: a model whose outputs do
+not fit is an ``ArtifactError`` naming the tensor, never a crash inside
+decode), the labels file and the thresholds ``score_threshold``,
+``iou_threshold`` and ``max_detections``, which a call may override
+(``rt.infer(image, options={...})``, within the ``max_detections`` limit).
+
+Parity (``detection_f1``): candidate detections matched to the reference's by
+class at IoU ≥ 0.5, greedily by score; F1 over all samples, with the mean IoU
+of the matches.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge_runtime import error_codes as ec
+from edge_runtime.errors import ArtifactError, InputError
+
+from .base import Prepared, Task, TaskMismatch, TaskOutput, dequantize, is_number
+from .detection_decode import FAMILIES, box_iou, nms
+from .image import load_image_samples
+from .vision import VISION_PRE_KEYS, VisionInput, check_vision_preprocess, vision_import_preprocess
+
+THRESHOLDS = {"score_threshold": 0.25, "iou_threshold": 0.45, "max_detections": 100}
+MAX_CANDIDATES = 4096           # the best-scoring boxes NMS sees (a 640 YOLO has 8400 anchors)
+MATCH_IOU = 0.5
+# how each family's reference code feeds its input, the import default: (resize, pad/position)
+# (PIL's bilinear, antialiased when shrinking: a 1080-pixel photo into 300 pixels keeps its detail)
+FAMILY_INPUT: dict[str, tuple[str, dict[str, Any]]] = {"yolo": ("letterbox", {"resize": "bilinear", "pad": 114, "pad_position": "center"}),  # Ultralytics
+                "yolox": ("letterbox", {"resize": "bilinear", "pad": 114, "pad_position": "top-left"}),  # YOLOX
+                "gfl": ("stretch", {"resize": "bilinear"}), "ssd-postprocess": ("stretch", {"resize": "bilinear"})}
+IMAGE_DTYPES = ("uint8", "int8", "float32")
+
+
+def guess_family(outputs: list[dict]) -> str | None:
+    """The family whose outputs look like these, when only one does."""
+    shapes = [[int(d) for d in o.get("shape", [])] for o in outputs]
+    if len(outputs) == 4 and sorted(map(len, shapes)) == [1, 2, 2, 3]:
+        return "ssd-postprocess"
+    if len(outputs) >= 2 and len(outputs) % 2 == 0:
+        return "gfl"
+    if len(shapes) == 1 and len(shapes[0]) == 3:
+        _, a, b = shapes[0]
+        return "yolo" if a < b else None        # [1, N, 5+C] is yolox or a v5-style yolo: say which
+    return None
+
+
+def resolve(inputs: list[dict], outputs: list[dict], post: dict | None) -> dict:
+    """The family's parameters for these tensors (``TaskMismatch`` when they do not fit)."""
+    from .image_import import image_layout
+
+    post = dict(post or {})
+    if len(inputs) != 1:
+        raise TaskMismatch(f"a detector takes one image input; this model has {len(inputs)}", part="inputs")
+    shape = [int(d) for d in inputs[0]["shape"]]
+    layout = image_layout(shape)
+    if layout is None or inputs[0]["dtype"] not in IMAGE_DTYPES:
+        raise TaskMismatch(f"image input {inputs[0]['name']!r} must be uint8/int8/float32 [1, H, W, 3] or "
+                           f"[1, 3, H, W], got {inputs[0]['dtype']} {shape}", part="inputs")
+    hw = (shape[1], shape[2]) if layout == "NHWC" else (shape[2], shape[3])
+    family = post.get("family") or guess_family(outputs)
+    if family is None:
+        raise TaskMismatch(f"cannot tell the detector family from the outputs "
+                           f"({', '.join(str(o.get('shape')) for o in outputs)}): state --family "
+                           f"({', '.join(FAMILIES)})")
+    if family not in FAMILIES:
+        raise TaskMismatch(f"unknown detector family {family!r} (known: {', '.join(FAMILIES)})")
+    params = FAMILIES[family].resolve(outputs, post, hw)
+    return {"family": family, "params": params, "input_hw": hw, "classes": params.get("classes")}
+
+
+def check_thresholds(values: dict, max_limit: int | None, err) -> dict:
+    """``score_threshold`` 0..1, ``iou_threshold`` (0, 1], ``max_detections`` 1..limit; ``err(msg)`` raises."""
+    out = {}
+    for key, value in values.items():
+        if key not in THRESHOLDS:
+            err(f"unknown detection option {key!r} (known: {', '.join(THRESHOLDS)})")
+        if key == "max_detections":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                err(f"max_detections must be a positive integer, got {value!r}")
+            if max_limit is not None and value > max_limit:
+                err(f"max_detections {value} is over the limit of {max_limit} (max_detections limit)")
+        elif not is_number(value) or not (0 <= value <= 1) or (key == "iou_threshold" and value == 0):
+            err(f"{key} must be a number in {'(0, 1]' if key == 'iou_threshold' else '[0, 1]'}, got {value!r}")
+        out[key] = value
+    return out
+
+
+def detection_parity(reference: list[TaskOutput], candidate: list[TaskOutput]) -> dict:
+    tp = fp = fn = 0
+    ious: list[float] = []
+    for ref, cand in zip(reference, candidate):
+        r, c = ref.detections or [], cand.detections or []
+        used: set[int] = set()
+        for cd in c:               # best first
+            best, best_iou = -1, MATCH_IOU
+            same = [i for i, rd in enumerate(r) if rd["class_id"] == cd["class_id"] and i not in used]
+            if same:
+                iou = box_iou(np.array([cd["box"]]), np.array([r[i]["box"] for i in same]))[0]
+                j = int(iou.argmax())
+                if iou[j] >= best_iou:
+                    best, best_iou = same[j], float(iou[j])
+            if best >= 0:
+                used.add(best)
+                tp += 1
+                ious.append(best_iou)
+            else:
+                fp += 1
+        fn += len(r) - len(used)
+    f1 = 1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
+    return {"metric": "detection_f1", "value": round(f1, 6), "samples": len(reference), "matched": tp,
+            "unmatched_reference": fn, "unmatched_candidate": fp,
+            "mean_iou": round(float(np.mean(ious)), 6) if ious else None}
+
+
+def _err(msg):
+    raise InputError(msg, code=ec.INPUT_INVALID)
+
+
+def _mismatch(msg):
+    raise TaskMismatch(msg)
+
+
+class ObjectDetection(Task):
+    name = "object-detection"
+    parity_metric = "detection_f1"
+    input_kind = "image"
+    score_field = "image"
+    length_unit = "pixels"
+    needs_preprocess = True
+    takes_labels = True
+    takes_postprocess = True
+    preprocess_keys = VISION_PRE_KEYS
+    manifest_sections = {"preprocess": {"size": list}, "postprocess": {"family": str}}
+    manifest_files = ("labels",)
+    importable = True
+    import_options = ("resize", "scale", "mean", "std", "resize_mode", "pad", "pad_position", "channel_order",
+                      "family", "postprocess")
+    call_options = tuple(THRESHOLDS)
+    load_samples = staticmethod(load_image_samples)
+    compare = staticmethod(detection_parity)
+
+    @classmethod
+    def check_sample_path(cls, path, what: str) -> None:
+        p = Path(path)
+        if not p.is_dir() and p.suffix.lower() != ".npy":
+            raise InputError(f"{what} {p}: object-detection takes a folder of PNG/JPEG/BMP images or a .npy of "
+                             f"uint8 images", code=ec.CONVERT_CALIBRATION_INVALID)
+
+    @classmethod
+    def check_preprocess_values(cls, pre: dict) -> None:
+        check_vision_preprocess(pre, cls.name)
+
+    @classmethod
+    def check_io(cls, inputs, outputs, post=None) -> dict:
+        return resolve(inputs, outputs, post)
+
+    @classmethod
+    def sections_for(cls, inputs, outputs, post: dict) -> dict:
+        """The ``postprocess`` section: the stated family/parameters resolved on these tensors."""
+        facts = resolve(inputs, outputs, post)
+        stated = {k: v for k, v in post.items() if k not in ("family", "labels")}
+        check_thresholds({k: v for k, v in stated.items() if k in THRESHOLDS}, None, _mismatch)
+        return {**THRESHOLDS, **stated, "family": facts["family"], **facts["params"]}
+
+    @classmethod
+    def build_sections(cls, request, writer, outputs):
+        h, w = request.preprocess["size"]
+        image = [{"name": "image", "dtype": "float32", "shape": [1, 3, int(h), int(w)]}]
+        try:
+            post = cls.sections_for(image, outputs, dict(getattr(request, "postprocess", None) or {}))
+        except TaskMismatch as exc:
+            raise InputError(f"object-detection: {exc}", code=ec.CONVERT_REQUEST_INVALID) from None
+        return {"kind": "image", **request.preprocess}, cls.labels_section(request, writer, post)
+
+    @classmethod
+    def import_sections(cls, model, options, warnings):
+        opts = {k: v for k, v in options.items() if v is not None}
+        post = dict(opts.pop("postprocess", None) or {})
+        if opts.get("family"):
+            post["family"] = opts.pop("family")
+        opts.pop("family", None)
+        spec = model["inputs"][0]
+        family = post.get("family") or guess_family(model["outputs"])
+        resize, defaults = FAMILY_INPUT.get(family or "", ("stretch", {}))
+        pre = vision_import_preprocess(spec, {**defaults, **opts}, warnings, resize=resize)
+        if "box_units" not in post and (post.get("family") or guess_family(model["outputs"])) == "yolo":
+            q = (model["outputs"][0].get("quantization") or {}) if len(model["outputs"]) == 1 else {}
+            if q:   # a quantized output whose range ends near 1 holds normalised boxes (Ultralytics' TFLite)
+                top = (np.iinfo(np.dtype(model["outputs"][0]["dtype"])).max - q["zero_point"]) * q["scale"]
+                post["box_units"] = "normalized" if top < 2.0 else "pixels"
+                warnings.append(f"yolo box_units {post['box_units']!r}, read from the output quantization "
+                                f"(values up to {top:.3g}); state --postprocess '{{\"box_units\": ...}}' if wrong")
+        return pre, cls.sections_for(model["inputs"], model["outputs"], post)
+
+    def __init__(self, manifest, read_file, buckets):
+        super().__init__(manifest, read_file, buckets)
+        if len(buckets) != 1:
+            raise ArtifactError("object detection takes exactly one bucket", file="manifest.json",
+                                code=ec.MANIFEST_FIELD_INVALID)
+        try:
+            facts = resolve(buckets[0]["inputs"], buckets[0]["outputs"], self.post)
+        except TaskMismatch as exc:
+            raise ArtifactError(f"object-detection: {exc}", file="manifest.json",
+                                code=ec.ARTIFACT_TASK_MISMATCH) from None
+        self.family = FAMILIES[facts["family"]]
+        self.params = facts["params"]
+        self.input_hw = facts["input_hw"]
+        self.input = buckets[0]["inputs"][0]
+        self.vision = VisionInput(self.pre, self.input)
+        if (self.vision.height, self.vision.width) != tuple(self.input_hw):
+            raise ArtifactError(f"preprocess size {self.pre['size']} is not the input's {list(self.input_hw)}",
+                                file="manifest.json", code=ec.MANIFEST_FIELD_INVALID)
+        classes = facts["classes"]
+        labels = self.read_labels()
+        if labels is not None and classes is not None and len(labels) != classes:
+            raise ArtifactError(f"{len(labels)} labels for {classes} classes", file=self.post.get("labels"),
+                                code=ec.ARTIFACT_LABELS_MISMATCH)
+        self.labels = labels or [str(i) for i in range(classes or 0)]
+        try:
+            self.thresholds = check_thresholds({k: self.post.get(k, v) for k, v in THRESHOLDS.items()}, None,
+                                               _mismatch)
+        except TaskMismatch as exc:
+            raise ArtifactError(f"postprocess: {exc}", file="manifest.json", code=ec.MANIFEST_FIELD_INVALID) from None
+        self.specs = {o["name"]: o for o in buckets[0]["outputs"]}
+
+    def check_call_options(self, options: dict, limits) -> dict:
+        return check_thresholds(options, getattr(limits, "max_detections", None), _err)
+
+    def warmup_sample(self):
+        return self.vision.warmup_sample()
+
+    def request_bytes(self, raw) -> int:
+        if isinstance(raw, (str, os.PathLike)):
+            return 0
+        return super().request_bytes(raw)
+
+    def prepare(self, raw, limits) -> Prepared:
+        x, geo, pixels = self.vision.prepare(raw, limits)
+        cap = getattr(limits, "max_detections", None)
+        return Prepared(bucket=0, feeds={self.input["name"]: x}, length=pixels, meta={"geometry": geo, "cap": cap})
+
+    def finish(self, outputs, prepared) -> TaskOutput:
+        meta: dict[str, Any] = prepared.meta or {}
+        th: dict[str, Any] = {**self.thresholds, **(meta.get("options") or {})}
+        if meta.get("cap"):
+            th["max_detections"] = min(th["max_detections"], meta["cap"])
+        arrays = {k: dequantize(v, self.specs[k]) if k in self.specs else v for k, v in outputs.items()}
+        boxes, scores, ids = self.family.decode(arrays, self.params, self.input_hw)
+        ok = np.flatnonzero(np.isfinite(scores) & (scores >= th["score_threshold"])
+                            & (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]))
+        if ok.size > MAX_CANDIDATES:
+            ok = ok[np.argpartition(-scores[ok], MAX_CANDIDATES - 1)[:MAX_CANDIDATES]]
+        boxes, scores, ids = boxes[ok], scores[ok], ids[ok]
+        keep = nms(boxes, scores, ids, float(th["iou_threshold"]), int(th["max_detections"]))
+        geo = meta.get("geometry")
+        out_boxes = geo.to_original(boxes[keep]) if geo is not None else boxes[keep]
+        dets: list[dict[str, Any]] = []
+        for b, s, c in zip(out_boxes, scores[keep], ids[keep]):
+            c = int(c)
+            label = self.labels[c] if 0 <= c < len(self.labels) else str(c)
+            dets.append({"label": label, "class_id": c, "score": round(float(s), 6),
+                         "box": [round(float(v), 2) for v in b]})
+        counts: dict[str, float] = {}
+        for d in dets:
+            counts[d["label"]] = max(counts.get(d["label"], 0.0), d["score"])
+        return TaskOutput(prediction=dets[0]["label"] if dets else None, scores=counts, detections=dets,
+                          class_id=dets[0]["class_id"] if dets else None)

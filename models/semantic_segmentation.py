@@ -1,0 +1,209 @@
+"""semantic-segmentation: one image → a per-pixel class mask (DeepLabV3 and the like).
+
+The model has one image input and one output: an integer class map
+``[1, H, W]`` / ``[H, W]`` / ``[1, H, W, 1]`` (DeepLab's int64 ``ArgMax``) or
+class scores ``[1, H, W, C]`` (logits or probabilities, maybe quantized:
+the argmax over C). The map, at its own resolution, is sampled back to the
+ORIGINAL image (nearest; the letterbox padding dropped, a stretch undone)
+through the input's :class:`~.vision.Geometry`.
+
+``finish`` gives ``outputs["mask"]`` (uint8 H x W class ids at the original
+size), ``scores`` ``{label: share of pixels}`` for the classes present,
+largest first, and ``prediction`` the label of the largest class other than
+the background (``postprocess.background``, class 0 by default; the
+background's label when nothing else is present). Labels come from the
+artifact's labels file, else ``str(id)``.
+
+Parity (``pixel_agreement``): the mean over samples of the share of pixels
+where the candidate's mask equals the reference's (also ``mean_iou``: the
+mean over classes present in either mask of their intersection over union).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from edge_runtime import error_codes as ec
+from edge_runtime.errors import ArtifactError, InputError
+
+from .base import Prepared, Task, TaskMismatch, TaskOutput
+from .image import load_image_samples
+from .pose_estimation import check_image_input
+from .vision import VISION_PRE_KEYS, Geometry, VisionInput, check_vision_preprocess, vision_import_preprocess
+
+MAX_CLASSES = 256            # the mask is uint8
+
+
+def segmentation_output(outputs: list[dict], name: str | None = None) -> tuple[dict, int | None]:
+    """``(spec, C)`` of the class-map (C None: not known from the shape) or class-score output,
+    or :class:`TaskMismatch`."""
+    if name is not None:
+        chosen = [o for o in outputs if o.get("name") == name]
+        if not chosen:
+            raise TaskMismatch(f"the model has no output {name!r}")
+        spec = chosen[0]
+    elif len(outputs) == 1:
+        spec = outputs[0]
+    else:
+        raise TaskMismatch(f"a semantic-segmentation model has one output, this model has {len(outputs)}: "
+                           + ", ".join(f"{o.get('name')!r} {o.get('shape')}" for o in outputs))
+    s = [int(d) for d in spec.get("shape", [])]
+    hw = s[-2:] if len(s) == 2 or len(s) == 3 and s[0] == 1 else s[1:3] if len(s) == 4 and s[0] == 1 else []
+    if np.dtype(spec["dtype"]).kind in "iu" and (len(s) < 4 or s[3] == 1) and hw and min(hw) > 1:
+        return spec, None          # an integer class map (quantized or not: ids have no scale)
+    if len(s) == 4 and hw and min(hw) > 1 and s[3] >= 2:
+        return spec, s[3]
+    raise TaskMismatch(f"not a semantic-segmentation model: output {spec.get('name')!r} has shape {s} "
+                       f"({spec['dtype']}); a segmenter outputs an integer class map [1, H, W] or class scores "
+                       "[1, H, W, C]")
+
+
+def class_map(arr: np.ndarray, classes: int | None) -> np.ndarray:
+    """The H x W class ids of the model's output (argmax over C for class scores)."""
+    a = np.asarray(arr)
+    if classes is not None:
+        return np.argmax(a.reshape(a.shape[-3:]), axis=-1)       # monotonic: no dequantize needed
+    return a.reshape(a.shape[-3:-1] if a.ndim == 4 else a.shape[-2:])
+
+
+def to_original(cmap: np.ndarray, geo: Geometry, width: int, height: int) -> np.ndarray:
+    """``cmap`` (over the ``width`` x ``height`` model input, at its own resolution) sampled
+    nearest at each original pixel's centre: the original-size mask."""
+    mh, mw = cmap.shape
+    xs = (geo.offset_x + (np.arange(geo.width) + 0.5) * geo.scale_x) * mw / width
+    ys = (geo.offset_y + (np.arange(geo.height) + 0.5) * geo.scale_y) * mh / height
+    cols = np.clip(np.floor(xs).astype(np.int64), 0, mw - 1)
+    rows = np.clip(np.floor(ys).astype(np.int64), 0, mh - 1)
+    return cmap[rows[:, None], cols[None, :]]
+
+
+class SemanticSegmentation(Task):
+    name = "semantic-segmentation"
+    parity_metric = "pixel_agreement"
+    parity_best = 1.0
+    load_samples = staticmethod(load_image_samples)
+    input_kind = "image"
+    score_field = "image"
+    length_unit = "pixels"
+    needs_preprocess = True
+    takes_labels = True
+    preprocess_keys = VISION_PRE_KEYS
+    manifest_sections = {"preprocess": {"size": list}}
+    manifest_files = ("labels",)
+    importable = True
+    import_options = ("resize", "scale", "mean", "std")
+
+    @classmethod
+    def check_sample_path(cls, path, what: str) -> None:
+        p = Path(path)
+        if not p.is_dir() and p.suffix.lower() != ".npy":
+            raise InputError(f"{what} {p}: {cls.name} takes a folder of PNG/JPEG/BMP images or a .npy of uint8 "
+                             f"images", code=ec.CONVERT_CALIBRATION_INVALID)
+
+    @classmethod
+    def check_preprocess_values(cls, pre: dict) -> None:
+        check_vision_preprocess(pre, cls.name)
+
+    @classmethod
+    def build_sections(cls, request, writer, outputs):
+        post = {"output": segmentation_output(outputs)[0]["name"], "background": 0}
+        return {"kind": "image", **(request.preprocess or {})}, cls.labels_section(request, writer, post)
+
+    @classmethod
+    def check_io(cls, inputs, outputs, post=None) -> dict:
+        """One image input and one class-map or class-score output (:func:`segmentation_output`);
+        ``classes`` only where the shape says it (import then checks the labels against it)."""
+        check_image_input(inputs, cls.name)
+        spec, n = segmentation_output(outputs, (post or {}).get("output"))
+        if n is not None and n > MAX_CLASSES:
+            raise TaskMismatch(f"output {spec['name']!r} {spec['shape']} has {n} classes; masks hold at most "
+                               f"{MAX_CLASSES}")
+        return {"output": spec, "classes": n} if n is not None else {"output": spec}
+
+    @classmethod
+    def import_sections(cls, model, options, warnings):
+        spec = check_image_input(model["inputs"], cls.name)
+        out = cls.check_io(model["inputs"], model["outputs"])["output"]
+        return vision_import_preprocess(spec, options, warnings, resize="stretch"), {"output": out["name"],
+                                                                                     "background": 0}
+
+    def __init__(self, manifest, read_file, buckets):
+        super().__init__(manifest, read_file, buckets)
+        if len(buckets) != 1:
+            raise ArtifactError(f"{self.name} takes exactly one bucket", file="manifest.json",
+                                code=ec.MANIFEST_FIELD_INVALID)
+        try:
+            facts = self.check_io(buckets[0]["inputs"], buckets[0]["outputs"], self.post)
+        except TaskMismatch as exc:
+            raise ArtifactError(str(exc), file="manifest.json", code=ec.ARTIFACT_TASK_MISMATCH) from None
+        self.input = buckets[0]["inputs"][0]
+        spec = facts["output"]
+        self.output: str = spec["name"]
+        self.classes: int | None = facts.get("classes")
+        labels = self.read_labels()
+        if labels is not None and self.classes is not None and len(labels) != self.classes:
+            raise ArtifactError(f"{len(labels)} labels for {self.classes} classes (output {self.output!r} "
+                                f"{spec['shape']})", file=self.post.get("labels"), code=ec.ARTIFACT_LABELS_MISMATCH)
+        if labels is not None and len(labels) > MAX_CLASSES:
+            raise ArtifactError(f"{len(labels)} labels; masks hold at most {MAX_CLASSES} classes",
+                                file=self.post.get("labels"), code=ec.ARTIFACT_LABELS_MISMATCH)
+        self.labels = labels
+        self.background = self.post.get("background", 0)
+        self.vision = VisionInput(self.pre, self.input)
+
+    def warmup_sample(self):
+        return self.vision.warmup_sample()
+
+    def request_bytes(self, raw) -> int:
+        if isinstance(raw, (str, os.PathLike)):
+            return 0  # a path; the file's size is checked against max_image_bytes
+        return super().request_bytes(raw)
+
+    def prepare(self, raw, limits) -> Prepared:
+        x, geo, pixels = self.vision.prepare(raw, limits)
+        return Prepared(bucket=0, feeds={self.input["name"]: x}, length=pixels, meta={"geometry": geo})
+
+    def label(self, cid: int) -> str:
+        return self.labels[cid] if self.labels is not None else str(cid)
+
+    def finish(self, outputs, prepared) -> TaskOutput:
+        geo = (prepared.meta or {})["geometry"]
+        cmap = class_map(outputs[self.output], self.classes)
+        limit = len(self.labels) if self.labels is not None else MAX_CLASSES
+        lo, hi = (int(cmap.min()), int(cmap.max())) if cmap.size else (0, 0)
+        if lo < 0 or hi >= limit:
+            raise ArtifactError(f"output {self.output!r} holds class id {lo if lo < 0 else hi}, outside 0..{limit - 1} "
+                                f"({'the labels' if self.labels is not None else 'a uint8 mask'})",
+                                file=self.post.get("labels") or "manifest.json", code=ec.ARTIFACT_LABELS_MISMATCH)
+        mask = to_original(cmap.astype(np.uint8), geo, self.vision.width, self.vision.height)
+        ids, counts = np.unique(mask, return_counts=True)
+        order = np.argsort(-counts, kind="stable")
+        total = float(mask.size) or 1.0
+        scores = {self.label(int(ids[i])): float(counts[i]) / total for i in order}
+        fg = [int(ids[i]) for i in order if int(ids[i]) != self.background]
+        prediction = self.label(fg[0]) if fg else self.label(self.background if self.background is not None else 0)
+        return TaskOutput(prediction=prediction, scores=scores, outputs={"mask": mask},
+                          class_id=fg[0] if fg else self.background)
+
+    @staticmethod
+    def compare(reference: list[TaskOutput], candidate: list[TaskOutput]) -> dict:
+        """``pixel_agreement``: the mean over samples of the share of equal mask pixels (a sample
+        whose masks differ in size agrees nowhere); ``mean_iou``: per sample the mean IoU over
+        the classes present in either mask, averaged over samples."""
+        agree, ious = [], []
+        for ref, cand in zip(reference, candidate):
+            r = np.asarray((ref.outputs or {}).get("mask"))
+            c = np.asarray((cand.outputs or {}).get("mask"))
+            if r.shape != c.shape or r.ndim != 2:
+                agree.append(0.0)
+                ious.append(0.0)
+                continue
+            agree.append(float(np.mean(r == c)) if r.size else 1.0)
+            per = [np.logical_and(r == k, c == k).sum() / np.logical_or(r == k, c == k).sum()
+                   for k in np.union1d(np.unique(r), np.unique(c))]
+            ious.append(float(np.mean(per)) if per else 1.0)
+        return {"metric": "pixel_agreement", "value": float(np.mean(agree)) if agree else None,
+                "samples": len(agree), "mean_iou": float(np.mean(ious)) if ious else None}
