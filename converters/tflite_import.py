@@ -8,7 +8,10 @@ as not measured: there is no fp32 reference to measure it against. Which
 tasks it imports, the check of the model's tensors and the ``preprocess`` /
 ``postprocess`` sections come from the task contract (``Task.importable``,
 ``check_io``, ``import_sections``, ``takes_labels``, ``import_options``); the
-built-in importable tasks are image-classification and tensors.
+request's checks, the labels and the artifact written are shared with ONNX
+import (:mod:`.import_common`, which also names the import options: the vision
+ones ``resize_mode``, ``pad``, ``pad_position``, ``channel_order``, ``family``,
+``postprocess`` besides ``resize``/``scale``/``mean``/``std``).
 
 Image classifiers (``task="image-classification"``): one image input,
 ``[1, H, W, C]`` (NHWC) or ``[1, C, H, W]`` (NCHW), C in 1/3; one ``[1, C]``
@@ -45,26 +48,16 @@ input; absent for a float input.
 
 from __future__ import annotations
 
-import logging
-import os
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from edge_runtime import __version__
-from edge_runtime.artifact import ArtifactWriter, sha256_file
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
-from edge_runtime.manifest import FORMAT, FORMAT_VERSION
-from edge_runtime.models import get_task, tasks_where
-from edge_runtime.models.base import TaskMismatch
 from edge_runtime.models.image_import import image_preprocess  # noqa: F401 (re-exported: tests, callers)
 
-_MAX_MODEL_BYTES = 512 << 20
-log = logging.getLogger("edge_runtime.import")
+from .import_common import importable_task, prepare, write_artifact  # noqa: F401 (importable_task re-exported)
+
 
 def _spec(detail: dict) -> dict:
     spec = {"name": detail["name"], "dtype": np.dtype(detail["dtype"]).name,
@@ -123,131 +116,29 @@ def _edgetpu_summary(model: Path) -> dict | None:
     return {k: r[k] for k in keep}
 
 
-def importable_task(task: str):
-    """The task class ``import`` builds artifacts of (``Task.importable``), or ``import_task_unsupported``."""
-    from edge_runtime.models import TaskInvalid, task_names
-
-    try:
-        cls = get_task(task) if task in task_names() else None
-    except TaskInvalid:
-        cls = None
-    if cls is None or not cls.importable:
-        raise InputError(f"import supports {', '.join(tasks_where(lambda t: t.importable))}, not {task!r}",
-                         code=ec.IMPORT_TASK_UNSUPPORTED)
-    return cls
-
-
 def import_tflite(model: Path, out: Path, *, task: str = "image-classification", labels: Path | None = None,
                   label_offset: int = 0, name: str | None = None, version: str = "1", force: bool = False,
-                  resize: str = "bilinear-half-pixel", scale=None, mean=None, std=None) -> dict:
+                  resize: str | None = None, scale=None, mean=None, std=None, **options) -> dict:
     """Import ``model`` into the artifact directory ``out``; returns the manifest.
 
     ``scale``/``mean``/``std`` state the image normalisation (numbers, lists,
-    or strings such as ``"1/255"`` and ``"0.485,0.456,0.406"``).
+    or strings such as ``"1/255"`` and ``"0.485,0.456,0.406"``); ``resize`` the
+    interpolation (default: the task's, ``bilinear-half-pixel`` for image
+    classification); ``options`` the other import options the task reads
+    (``resize_mode``, ``pad``, ``pad_position``, ``channel_order``, ``family``,
+    ``postprocess``: :mod:`.import_common`).
     """
-    model, out = Path(model), Path(out)
-    if not model.is_file():
-        raise InputError(f"model {model} does not exist", code=ec.IMPORT_MODEL_MISSING)
-    if model.stat().st_size > _MAX_MODEL_BYTES:
-        raise InputError(f"model is over {_MAX_MODEL_BYTES >> 20} MiB", code=ec.IMPORT_MODEL_TOO_LARGE)
-    task_cls = importable_task(task)
-    given = {k: v for k, v in (("scale", scale), ("mean", mean), ("std", std)) if v is not None}
-    if labels and not task_cls.takes_labels:
-        takes = ", ".join(tasks_where(lambda t: t.importable and t.takes_labels)) or "none"
-        raise InputError(f"--labels: task {task} takes no labels (a {task} artifact returns the model's outputs); "
-                         f"drop --labels, or import with a task that takes them ({takes})",
-                         code=ec.IMPORT_LABELS_UNUSED)
-    unused = [k for k in given if k not in task_cls.import_options]
-    if unused:
-        flags = "/".join(f"--{k}" for k in unused)
-        raise InputError(f"{flags}: task {task} takes no such pre-processing (it reads "
-                         f"{', '.join('--' + o for o in task_cls.import_options) or 'none'}; a {task} artifact "
-                         f"takes its inputs as given)", code=ec.IMPORT_PREPROCESS_UNUSED)
-    if label_offset and not labels:
-        raise InputError("--label-offset shifts a labels file: give --labels too", code=ec.IMPORT_LABELS_UNUSED)
-    if label_offset < 0:
-        raise InputError(f"--label-offset must be 0 or more, got {label_offset}", code=ec.IMPORT_LABELS_MISMATCH)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"output {out} exists and is not a directory (-o names the artifact directory to write)",
-                         code=ec.IMPORT_OUT_NOT_A_DIRECTORY)
-    if out.exists() and any(out.iterdir()) and not force:
-        raise InputError(f"output directory {out} exists and is not empty (use --force)", code=ec.CONVERT_OUT_EXISTS)
-    info = read_model(model)
-    if any(s.get("dynamic") for s in info["inputs"] + info["outputs"]):
-        raise InputError("the model has dynamic dimensions; artifacts are static-shape", code=ec.IMPORT_SHAPE_DYNAMIC)
-    try:
-        facts = task_cls.check_io(info["inputs"], info["outputs"])
-    except TaskMismatch as exc:      # the model's inputs are unsupported; its outputs are another task's
-        raise InputError(str(exc), code=ec.IMPORT_MODEL_UNSUPPORTED if exc.part == "inputs"
-                         else ec.IMPORT_TASK_MISMATCH) from None
-    warnings: list[str] = []
-    options = {k: v for k, v in {"resize": resize, **given}.items() if k in task_cls.import_options}
-    pre, post = task_cls.import_sections(info, options, warnings)
-    names = None
-    if labels:
-        from edge_runtime.models.base import describe_duplicates, duplicate_labels
-
-        classes, spec = facts.get("classes"), facts.get("output") or {}
-        try:
-            text = Path(labels).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"cannot read labels file {labels}: {exc}", code=ec.IMPORT_LABELS_UNREADABLE) from None
-        names = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        names = [f"background_{i}" if label_offset > 1 else "background" for i in range(label_offset)] + names
-        if classes is not None and len(names) != classes:
-            raise InputError(f"{len(names)} labels (offset {label_offset} included) for {classes} classes "
-                             f"(output {spec['name']!r} {spec['shape']}); adjust --label-offset",
-                             code=ec.IMPORT_LABELS_MISMATCH)
-        dup = duplicate_labels(names)
-        if dup:
-            warnings.append(f"{Path(labels).name}: {describe_duplicates(dup)}")
-    for w in warnings:
-        log.warning("%s: %s", model.name, w)
+    job = prepare(model, out, task=task, labels=labels, label_offset=label_offset, force=force,
+                  options={"resize": resize, "scale": scale, "mean": mean, "std": std, **options},
+                  read=lambda path, warnings: read_model(path))
+    info = job["info"]
     target = "edgetpu" if info["edgetpu"] else "tflite-int8"
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    except (FileExistsError, NotADirectoryError) as exc:
-        raise InputError(f"cannot create the output directory {out}: {exc.strerror or exc} "
-                         f"(a path component is a file)", code=ec.IMPORT_OUT_NOT_A_DIRECTORY) from None
-    try:
-        writer = ArtifactWriter(tmp)
-        rel = f"{target}/model.tflite"
-        writer.add_file(rel, model)
-        if names is not None:
-            post["labels"] = writer.add_file("labels.txt", data=("\n".join(names) + "\n").encode("utf-8"))
-        weights = sorted({s["dtype"] for s in info["inputs"] + info["outputs"]})
-        source = {"file": model.name, "sha256": sha256_file(model), "imported": True}
-        if warnings:
-            source["warnings"] = list(warnings)
-        manifest = {
-            "format": FORMAT, "format_version": FORMAT_VERSION,
-            "model": {"name": name or model.stem, "version": version, "source": source},
-            "task": task,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "files": {},
-            "preprocess": pre,
-            "postprocess": post,
-            "limits": {},
-            "variants": [{
-                "target": target,
-                "buckets": [{"name": "static", "file": rel, "inputs": info["inputs"], "outputs": info["outputs"]}],
-                "quantization": {"scheme": "imported (as quantized by its producer)",
-                                 "weights": "as in the model", "activations": "/".join(weights) + " I/O"},
-                "parity": {"metric": "not_measured", "value": None, "samples": 0,
-                           "note": "imported model: no fp32 reference to measure against"},
-                "toolchain": {"edge-runtime": __version__, "imported_ops": len(info["ops"])},
-            }],
-        }
-        report = _edgetpu_summary(model)
-        if report is not None:
-            manifest["variants"][0]["edgetpu_report"] = report
-        writer.write_manifest(manifest)
-        if out.exists():
-            shutil.rmtree(out)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, out)
-        return manifest
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    weights = sorted({s["dtype"] for s in info["inputs"] + info["outputs"]})
+    variant: dict = {"quantization": {"scheme": "imported (as quantized by its producer)",
+                                      "weights": "as in the model", "activations": "/".join(weights) + " I/O"},
+                     "toolchain": {"imported_ops": len(info["ops"])}}
+    report = _edgetpu_summary(job["model"])
+    if report is not None:
+        variant["edgetpu_report"] = report
+    return write_artifact(job, task=task, name=name, version=version, target=target, rel=f"{target}/model.tflite",
+                          variant=variant)

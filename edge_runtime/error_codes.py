@@ -168,6 +168,12 @@ IMPORT_NORMALISATION_CLIPS: Final = _code("import_normalisation_clips", "input",
                                           "The normalisation would clip pixels outside the input's quantized range.")
 IMPORT_OUT_NOT_A_DIRECTORY: Final = _code("import_out_not_a_directory", "input",
                                           "The -o path is a file, or no directory can be made there.")
+IMPORT_FORMAT_UNSUPPORTED: Final = _code("import_format_unsupported", "input",
+                                         "The model file is not a format import reads (.tflite, .onnx).")
+IMPORT_POSTPROCESS_INVALID: Final = _code("import_postprocess_invalid", "input",
+                                          "--postprocess is not a JSON object.")
+IMPORT_NO_ONNX: Final = _code("import_no_onnx", "input",
+                              "onnx or onnxruntime is not installed to read the ONNX model to import.")
 
 # eval
 EVAL_DATA_MISSING: Final = _code("eval_data_missing", "input", "The evaluation data does not exist.")
@@ -222,6 +228,8 @@ ARTIFACT_NOT_TFLITE: Final = _code("artifact_not_tflite", "artifact", "The file 
 ARTIFACT_CORRUPT: Final = _code("artifact_corrupt", "artifact", "The TFLite model is malformed or truncated.")
 IMPORT_MODEL_INVALID: Final = _code("import_model_invalid", "artifact",
                                     "The TFLite interpreter refuses the model to import.")
+IMPORT_ONNX_INVALID: Final = _code("import_onnx_invalid", "artifact",
+                                   "ONNX Runtime refuses the ONNX model to import, or it keeps external data.")
 MANIFEST_TOO_LARGE: Final = _code("manifest_too_large", "artifact", "The manifest is over its size limit.")
 MANIFEST_UNPARSABLE: Final = _code("manifest_unparsable", "artifact", "The manifest is not valid JSON.")
 MANIFEST_DUPLICATE_KEY: Final = _code("manifest_duplicate_key", "artifact", "The manifest repeats a key.")
