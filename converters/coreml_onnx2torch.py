@@ -3,7 +3,8 @@
 Accepted: single-graph ONNX models (no subgraphs / control flow) with static
 input shapes, built only from the ops in ``SUPPORTED`` below — the op set of
 plain CNNs and MLPs (conv / pool / dense / elementwise / activations /
-softmax / reshape with constant shapes). Weights must be initializers or
+softmax / reshape with constant shapes) and of the detectors' necks (Slice with
+constant bounds, Split, Resize nearest/linear with constant scales or sizes). Weights must be initializers or
 ``Constant`` nodes. Anything else raises ``ConversionFailed`` naming the
 first unsupported op (and its node), so nothing is translated by guesswork.
 Transformers come from a PyTorch source instead (``ConvertRequest.torch_source``).
@@ -15,13 +16,14 @@ The translation is a ``torch.fx.GraphModule`` with one node per ONNX node and
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 
 from .registry import ConversionFailed
 
 SUPPORTED = ("Conv", "Gemm", "MatMul", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "MaxPool", "AveragePool",
              "GlobalAveragePool", "Flatten", "Reshape", "Add", "Sub", "Mul", "Div", "Softmax", "BatchNormalization",
-             "Identity", "Dropout", "Concat", "Transpose")
+             "Identity", "Dropout", "Concat", "Transpose", "Slice", "Split", "Resize")
 
 
 def _attrs(node) -> dict:
@@ -38,9 +40,50 @@ def _pads2d(pads, what):
     return (int(pads[0]), int(pads[1]))
 
 
+def _slice(x, starts, ends, axes, steps):
+    # one getitem per axis, with no use of x's rank: torch.fx re-traces this with a Proxy x
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        where = (slice(None),) * a + (slice(s, e, st),) if a >= 0 else \
+            (Ellipsis, slice(s, e, st)) + (slice(None),) * (-a - 1)
+        x = x[where]
+    return x
+
+
+def _resize(x, size, mode):
+    import torch
+
+    if mode == "nearest":
+        return torch.nn.functional.interpolate(x, size=size, mode="nearest")
+    return torch.nn.functional.interpolate(x, size=size, mode="bilinear", align_corners=False)
+
+
+def _resize_args(node, a, ins, const, shape_of, what):
+    """(size (H, W), mode) of a Resize whose scales or sizes are constants."""
+    mode = a.get("mode", b"nearest")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    ctm = a.get("coordinate_transformation_mode", b"half_pixel")
+    ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
+    nearest = a.get("nearest_mode", b"round_prefer_floor")
+    nearest = nearest.decode() if isinstance(nearest, bytes) else nearest
+    if mode == "nearest" and not (ctm == "asymmetric" and nearest == "floor"):
+        raise ConversionFailed(f"{what}: nearest Resize needs asymmetric/floor (torch's nearest), got {ctm}/{nearest}")
+    if mode == "linear" and ctm not in ("pytorch_half_pixel", "half_pixel"):
+        raise ConversionFailed(f"{what}: linear Resize needs half_pixel coordinates, got {ctm}")
+    if mode not in ("nearest", "linear"):
+        raise ConversionFailed(f"{what}: Resize mode {mode} is not supported")
+    if len(ins) > 3 and ins[3]:
+        sizes = [int(v) for v in const(ins[3], what)]
+        return (sizes[2], sizes[3]), mode
+    scales = [float(v) for v in const(ins[2], what)]
+    shape = shape_of(ins[0])
+    if shape is None or len(scales) != 4 or scales[:2] != [1.0, 1.0]:
+        raise ConversionFailed(f"{what}: Resize needs constant spatial scales and a known input shape")
+    return (int(shape[2] * scales[2]), int(shape[3] * scales[3])), mode
+
+
 def check_supported(model) -> None:
     for node in model.graph.node:
-        if node.op_type not in SUPPORTED:
+        if node.op_type not in SUPPORTED and node.op_type != "Constant":     # constants are folded
             raise ConversionFailed(f"ONNX op {node.op_type} (node {node.name or node.output[0]!r}) is not supported "
                                    f"by the ONNX → torch route of the coreml target (it accepts: "
                                    f"{', '.join(SUPPORTED)}); give a PyTorch source (torch_source) instead")
@@ -57,6 +100,14 @@ def translate(onnx_path: Path):
 
     model = onnx.load(str(onnx_path))
     check_supported(model)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - shapes are only needed by Resize with scales
+        inferred = model
+    shapes = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+        shapes[vi.name] = None if None in dims else dims
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     for node in model.graph.node:
         if node.op_type == "Constant":   # not in SUPPORTED: folded here when the exporter wrote any
@@ -174,6 +225,25 @@ def translate(onnx_path: Path):
             m.call(torch.cat, node, [tuple(operand(i) for i in ins), int(a["axis"])])
         elif op == "Transpose":
             m.method("permute", node, [env[ins[0]], *(int(d) for d in a["perm"])])
+        elif op == "Slice":
+            starts, ends = (const(i, what).tolist() for i in ins[1:3])
+            axes = const(ins[3], what).tolist() if len(ins) > 3 and ins[3] else list(range(len(starts)))
+            steps = const(ins[4], what).tolist() if len(ins) > 4 and ins[4] else [1] * len(starts)
+            if any(st <= 0 for st in steps):
+                raise ConversionFailed(f"{what}: only positive Slice steps are supported")
+            m.call(_slice, node, [env[ins[0]], starts, ends, axes, steps])
+        elif op == "Split":
+            axis = int(a.get("axis", 0))
+            sizes = a.get("split") if "split" in a else (const(ins[1], what).tolist() if len(ins) > 1 and ins[1]
+                                                         else None)
+            if sizes is None:
+                raise ConversionFailed(f"{what}: Split needs its sizes (attribute or constant input)")
+            parts = graph.call_function(torch.split, (env[ins[0]], [int(v) for v in sizes], axis))
+            for k, name in enumerate(node.output):
+                env[name] = graph.call_function(operator.getitem, (parts, k))
+        elif op == "Resize":
+            size, mode = _resize_args(node, a, ins, const, shapes.get, what)
+            m.call(_resize, node, [env[ins[0]], size, mode])
         else:  # pragma: no cover - check_supported guards this
             raise ConversionFailed(f"ONNX op {op} is not supported")
     result = tuple(env[o] for o in outputs)

@@ -107,6 +107,16 @@ def read_source(path) -> dict:
     return {"opset": int(opset)}
 
 
+def _empty_resize_scales(model) -> None:
+    """Opset-11 exports give Resize an empty constant ``scales`` beside ``sizes``; the version
+    converter keeps it, and from opset 13 on onnxruntime refuses a Resize with both (NanoDet's
+    FPN): an empty ``scales`` becomes the absent input the newer opsets mean by it."""
+    empty = {i.name for i in model.graph.initializer if 0 in list(i.dims)}
+    for node in model.graph.node:
+        if node.op_type == "Resize" and len(node.input) > 3 and node.input[3] and node.input[2] in empty:
+            node.input[2] = ""
+
+
 def upgrade_opset(src, dst, opset: int = QDQ_MIN_OPSET) -> None:
     """Write ``src`` converted to ``opset`` by ``onnx.version_converter`` (checked in full) to ``dst``.
     Raises ValueError when the converter cannot."""
@@ -116,6 +126,7 @@ def upgrade_opset(src, dst, opset: int = QDQ_MIN_OPSET) -> None:
     model = onnx.load(str(src))
     try:
         up = version_converter.convert_version(model, opset)
+        _empty_resize_scales(up)
         onnx.checker.check_model(up, full_check=True)
     except Exception as exc:  # the converter's own errors (RuntimeError, ValidationError, ...)
         raise ValueError(f"{type(exc).__name__}: {str(exc)[:300]}") from None

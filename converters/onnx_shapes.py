@@ -75,6 +75,14 @@ def fix_input_dims(src_path, dst_path, dims: dict[str, list[int]]) -> None:
             if isinstance(old, int) and old != new:
                 raise ValueError(f"{src_path.name}: input {name!r} dim {k} is fixed to {old} in the model, "
                                  f"cannot set it to {new}")
+    # old exports list every initializer as a graph input too (NanoDet): then each is an input a
+    # caller might override, so no optimiser or quantizer may treat it as a constant. A
+    # static-shape artifact has no such inputs: they go.
+    inits = {i.name for i in m.graph.initializer} | {i.name for i in m.graph.sparse_initializer}
+    kept = [i for i in m.graph.input if i.name not in inits]
+    if len(kept) != len(m.graph.input):
+        del m.graph.input[:]
+        m.graph.input.extend(kept)
     params: dict[str, int] = {}  # dim_param -> value, to carry over to the outputs
     for name, shape in dims.items():
         for k, (d, v) in enumerate(zip(inputs[name].type.tensor_type.shape.dim, shape)):

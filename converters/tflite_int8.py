@@ -158,9 +158,26 @@ def describe(path: Path, onnx_inputs: list[dict], onnx_outputs: list[dict]) -> t
             raise ValueError(f"TFLite model has no input for ONNX input {src['name']!r} (has {sorted(by_name)})")
     if len(outs) != len(onnx_outputs):
         raise ValueError(f"TFLite model has {len(outs)} outputs, the ONNX source {len(onnx_outputs)}")
-    # onnx2tf keeps the ONNX output order; the parity gate checks the mapping end to end
-    for src, spec in zip(onnx_outputs, outs):
-        names[src["name"]] = spec["name"]
+    # the flatbuffer's output order is not the ONNX order for a model with several outputs, and
+    # onnx2tf's signature keys do not name them right either (NanoDet-m's six: '792' keyed to a
+    # [1, 676, 32] tensor where the ONNX '792' is [1, 2704, 80]): an output whose shape is unique
+    # is matched by its shape; the others by the signature, else by order (the parity gate checks
+    # the mapping end to end)
+    try:
+        sig = interp.get_signature_runner().get_output_details()
+    except (ValueError, RuntimeError, AttributeError):
+        sig = {}
+    free = list(outs)
+    for k, src in enumerate(onnx_outputs):
+        same = [o for o in free if o["shape"] == list(src["shape"])]
+        if len(same) == 1 and sum(list(x["shape"]) == list(src["shape"]) for x in onnx_outputs) == 1:
+            pick = same[0]
+        elif src["name"] in sig and any(o["name"] == sig[src["name"]]["name"] for o in free):
+            pick = next(o for o in free if o["name"] == sig[src["name"]]["name"])
+        else:
+            pick = free[0]
+        free.remove(pick)
+        names[src["name"]] = pick["name"]
     rename = {v: k for k, v in names.items()}
     for spec in ins + outs:
         spec["name"] = rename[spec["name"]]

@@ -155,6 +155,7 @@ class TfliteSession(DeviceSession):
         self._delegate_factory = delegate_factory
         self.inline = bool(options["inline"])
         self.capabilities = Capabilities(inline=self.inline)
+        self.xnnpack = delegate_factory is None      # False once XNNPACK refused the model (built-in kernels)
         self._pool = Pool(self._new, options.get("max_interpreters", 2))
 
     def _new(self):
@@ -164,8 +165,19 @@ class TfliteSession(DeviceSession):
         else:
             kw["num_threads"] = self._threads
         with quiet_native_stderr():      # LiteRT's "INFO: Created ... XNNPACK delegate" line
-            interp = self._mod.Interpreter(**kw)
-            interp.allocate_tensors()
+            try:
+                interp = self._mod.Interpreter(**kw)
+                interp.allocate_tensors()
+            except (RuntimeError, ValueError) as exc:
+                # XNNPACK takes most int8 graphs but refuses some ops (NanoDet's 5-D channel-shuffle
+                # transposes): the built-in kernels run the same model, slower, never differently
+                resolver = getattr(self._mod, "OpResolverType", None)
+                if self._delegate_factory is not None or resolver is None or "XNNPack" not in str(exc):
+                    raise
+                kw["experimental_op_resolver_type"] = resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+                interp = self._mod.Interpreter(**kw)
+                interp.allocate_tensors()
+                self.xnnpack = False
         # a converted model's tensors may be named differently from the manifest's
         # (ONNX) names: the bucket maps them
         rename = {v: k for k, v in (self._bucket.get("tensor_names") or {}).items()}
@@ -187,7 +199,7 @@ class TfliteSession(DeviceSession):
 
     def info(self) -> dict:
         return {"package": self.package, "threads": None if self._delegate_factory else self._threads,
-                "inline": self.inline,
+                "inline": self.inline, "xnnpack": self.xnnpack,
                 "interpreters": self._pool.size, "delegate": self.device if self._delegate_factory else None}
 
     def _release(self) -> None:

@@ -73,6 +73,9 @@ class TaskOutput:
     detections: list[dict] | None = None
     # pose-estimation: [{"name", "x", "y", "score"}] in original-image pixels, one per named keypoint
     keypoints: list[dict] | None = None
+    # object-detection, for parity only (never in a result): the detections just under the score
+    # threshold, so that a box whose score drifted across it is not counted as a different answer
+    near_detections: list[dict] | None = None
 
     def __post_init__(self):
         if self.class_id is None:

@@ -36,26 +36,27 @@ def _shape(spec: dict) -> list[int]:
 
 def _fits(outputs: list[dict]) -> str:
     """What a set of outputs that is not a classifier's looks like, and the task that fits."""
-    later = "not yet a task: import it with --task tensors"
+    later = "import it with --task {}"
     names = " ".join(str(o.get("name", "")) for o in outputs)
     shapes = [_shape(o) for o in outputs]
     ssd_like = len(outputs) == 4 and sorted(map(len, shapes)) == [1, 2, 2, 3] and any(s[-1:] == [4] for s in shapes)
     if "TFLite_Detection_PostProcess" in names or ssd_like:
         return (f"{len(outputs)} outputs (boxes, classes, scores, count) look like an SSD detector with "
-                f"TFLite_Detection_PostProcess (object-detection with the SSD post-process, {later})")
+                f"TFLite_Detection_PostProcess ({later.format('object-detection')})")
     if len(outputs) != 1:
         return (f"an image classifier has exactly one output, this model has {len(outputs)} "
                 "(import it with --task tensors)")
     s = shapes[0]
     big = [d for d in s if d > 1]
     if len(s) in (3, 4) and s[-1] in (2, 3) and s[-2] in (17, 13, 14, 16, 21) and (len(s) == 3 or s[1] == 1):
-        return f"per-keypoint (y, x, score) rows look like pose estimation ({later})"
+        return f"per-keypoint (y, x, score) rows look like pose estimation ({later.format('pose-estimation')})"
     if len(s) == 3 and s[0] == 1 and len(big) == 2:
         small, large = sorted(s[1:])
         if 5 <= small <= 512 and large >= 8 * small:
-            return f"[boxes + class scores] x anchors looks like a YOLO detector (object-detection, {later})"
+            return (f"[boxes + class scores] x anchors looks like a YOLO detector "
+                    f"({later.format('object-detection --family yolo')})")
     if len(s) in (3, 4) and s[0] == 1 and s[1] > 1 and s[2] > 1:
-        return f"a per-pixel class map looks like semantic segmentation ({later})"
+        return f"a per-pixel class map looks like semantic segmentation ({later.format('semantic-segmentation')})"
     return "an image classifier has one [1, C] or [C] score output (import it with --task tensors)"
 
 

@@ -33,6 +33,8 @@ from .vision import VISION_PRE_KEYS, VisionInput, check_vision_preprocess, visio
 THRESHOLDS = {"score_threshold": 0.25, "iou_threshold": 0.45, "max_detections": 100}
 MAX_CANDIDATES = 4096           # the best-scoring boxes NMS sees (a 640 YOLO has 8400 anchors)
 MATCH_IOU = 0.5
+SCORE_MARGIN = 0.05             # parity: a box this close under the threshold on the other side still matches
+NEAR_MAX = 50
 # how each family's reference code feeds its input, the import default: (resize, pad/position)
 # (PIL's bilinear, antialiased when shrinking: a 1080-pixel photo into 300 pixels keeps its detail)
 FAMILY_INPUT: dict[str, tuple[str, dict[str, Any]]] = {"yolo": ("letterbox", {"resize": "bilinear", "pad": 114, "pad_position": "center"}),  # Ultralytics
@@ -95,31 +97,47 @@ def check_thresholds(values: dict, max_limit: int | None, err) -> dict:
     return out
 
 
+def _match(dets: list[dict], pool: list[dict], used: set[int]) -> list[tuple[int, int, float]]:
+    """Greedy (``dets`` best first) one-to-one matches ``(det index, pool index, IoU)`` by class at
+    IoU >= MATCH_IOU, skipping pool entries in ``used`` (updated)."""
+    out = []
+    for k, d in enumerate(dets):
+        same = [i for i, p in enumerate(pool) if p["class_id"] == d["class_id"] and i not in used]
+        if not same:
+            continue
+        iou = box_iou(np.array([d["box"]]), np.array([pool[i]["box"] for i in same]))[0]
+        j = int(iou.argmax())
+        if iou[j] >= MATCH_IOU:
+            used.add(same[j])
+            out.append((k, same[j], float(iou[j])))
+    return out
+
+
 def detection_parity(reference: list[TaskOutput], candidate: list[TaskOutput]) -> dict:
-    tp = fp = fn = 0
+    """F1 of the candidate's detections against the reference's (matched by class at IoU >= 0.5);
+    a detection whose twin on the other side is under the threshold by at most SCORE_MARGIN
+    (``near_detections``) counts as matched: its score drifted, the object is the same."""
+    tp = fp = fn = near = 0
     ious: list[float] = []
     for ref, cand in zip(reference, candidate):
         r, c = ref.detections or [], cand.detections or []
         used: set[int] = set()
-        for cd in c:               # best first
-            best, best_iou = -1, MATCH_IOU
-            same = [i for i, rd in enumerate(r) if rd["class_id"] == cd["class_id"] and i not in used]
-            if same:
-                iou = box_iou(np.array([cd["box"]]), np.array([r[i]["box"] for i in same]))[0]
-                j = int(iou.argmax())
-                if iou[j] >= best_iou:
-                    best, best_iou = same[j], float(iou[j])
-            if best >= 0:
-                used.add(best)
-                tp += 1
-                ious.append(best_iou)
-            else:
-                fp += 1
-        fn += len(r) - len(used)
+        pairs = _match(c, r, used)
+        tp += len(pairs)
+        ious += [p[2] for p in pairs]
+        c_left = [d for k, d in enumerate(c) if k not in {p[0] for p in pairs}]
+        r_left = [d for i, d in enumerate(r) if i not in used]
+        saved_c = _match(c_left, ref.near_detections or [], set())        # the reference had it, just under
+        saved_r = _match(r_left, cand.near_detections or [], set())       # the candidate had it, just under
+        near += len(saved_c) + len(saved_r)
+        tp += len(saved_c) + len(saved_r)
+        ious += [p[2] for p in saved_c + saved_r]
+        fp += len(c_left) - len(saved_c)
+        fn += len(r_left) - len(saved_r)
     f1 = 1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
     return {"metric": "detection_f1", "value": round(f1, 6), "samples": len(reference), "matched": tp,
-            "unmatched_reference": fn, "unmatched_candidate": fp,
-            "mean_iou": round(float(np.mean(ious)), 6) if ious else None}
+            "matched_across_threshold": near, "score_margin": SCORE_MARGIN, "unmatched_reference": fn,
+            "unmatched_candidate": fp, "mean_iou": round(float(np.mean(ious)), 6) if ious else None}
 
 
 def _err(msg):
@@ -256,22 +274,31 @@ class ObjectDetection(Task):
             th["max_detections"] = min(th["max_detections"], meta["cap"])
         arrays = {k: dequantize(v, self.specs[k]) if k in self.specs else v for k, v in outputs.items()}
         boxes, scores, ids = self.family.decode(arrays, self.params, self.input_hw)
-        ok = np.flatnonzero(np.isfinite(scores) & (scores >= th["score_threshold"])
+        floor = max(0.0, th["score_threshold"] - SCORE_MARGIN)
+        ok = np.flatnonzero(np.isfinite(scores) & (scores >= floor)
                             & (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]))
         if ok.size > MAX_CANDIDATES:
             ok = ok[np.argpartition(-scores[ok], MAX_CANDIDATES - 1)[:MAX_CANDIDATES]]
         boxes, scores, ids = boxes[ok], scores[ok], ids[ok]
-        keep = nms(boxes, scores, ids, float(th["iou_threshold"]), int(th["max_detections"]))
+        # NMS is greedy by score: a box under the threshold never suppresses one over it, so the
+        # detections are those of NMS over the boxes >= threshold alone; the rest are near misses
+        keep = nms(boxes, scores, ids, float(th["iou_threshold"]), int(th["max_detections"]) + NEAR_MAX)
+        over = scores[keep] >= th["score_threshold"]
+        main, near = keep[over][: int(th["max_detections"])], keep[~over][:NEAR_MAX]
         geo = meta.get("geometry")
-        out_boxes = geo.to_original(boxes[keep]) if geo is not None else boxes[keep]
-        dets: list[dict[str, Any]] = []
-        for b, s, c in zip(out_boxes, scores[keep], ids[keep]):
-            c = int(c)
-            label = self.labels[c] if 0 <= c < len(self.labels) else str(c)
-            dets.append({"label": label, "class_id": c, "score": round(float(s), 6),
-                         "box": [round(float(v), 2) for v in b]})
+        dets, near_dets = (self._records(boxes[k], scores[k], ids[k], geo) for k in (main, near))
         counts: dict[str, float] = {}
         for d in dets:
             counts[d["label"]] = max(counts.get(d["label"], 0.0), d["score"])
         return TaskOutput(prediction=dets[0]["label"] if dets else None, scores=counts, detections=dets,
-                          class_id=dets[0]["class_id"] if dets else None)
+                          class_id=dets[0]["class_id"] if dets else None, near_detections=near_dets)
+
+    def _records(self, boxes, scores, ids, geo) -> list[dict[str, Any]]:
+        out_boxes = geo.to_original(boxes) if geo is not None else boxes
+        dets: list[dict[str, Any]] = []
+        for b, s, c in zip(out_boxes, scores, ids):
+            c = int(c)
+            label = self.labels[c] if 0 <= c < len(self.labels) else str(c)
+            dets.append({"label": label, "class_id": c, "score": round(float(s), 6),
+                         "box": [round(float(v), 2) for v in b]})
+        return dets
