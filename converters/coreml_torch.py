@@ -110,7 +110,6 @@ def calibrate_w8a8(module, feeds: list[dict], names: list[str], overrides: dict)
     except Exception as exc:  # noqa: BLE001 - FX tracing / pattern matching failures
         raise ConversionFailed(f"coremltools.optimize.torch could not prepare the model for w8a8: "
                                f"{type(exc).__name__}: {str(exc)[:300]}") from None
-    drop_tail_quantizers(prepared)
     quantizer.step()
     prepared.eval()
     with torch.no_grad():
@@ -118,43 +117,6 @@ def calibrate_w8a8(module, feeds: list[dict], names: list[str], overrides: dict)
             prepared(*torch_feeds(f, names))
     prepared.apply(torch.ao.quantization.disable_observer)
     return prepared, quantizer.finalize(inplace=False)
-
-
-def drop_tail_quantizers(prepared) -> int:
-    """Remove the activation fake-quantizers that reach no conv/linear input (before another
-    fake-quantizer): the decode tail of a detector. coremltools shares one observer across a
-    ``cat``'s inputs and output, so YOLOX's concat of box offsets with sigmoid scores was clipped
-    to the sigmoid's 0..1 (every box lost, detection F1 0); int8 buys nothing there anyway."""
-    import torch
-
-    layers = (torch.nn.Linear, torch.nn.Conv2d)
-
-    def is_fq(n):
-        return n.op == "call_module" and "activation_post_process" in str(n.target)
-
-    def feeds_a_layer(fq) -> bool:
-        todo, seen = list(fq.users), set()
-        while todo:
-            n = todo.pop()
-            if n in seen or is_fq(n):
-                continue
-            seen.add(n)
-            if n.op == "call_module" and isinstance(prepared.get_submodule(n.target), layers):
-                return True
-            todo.extend(n.users)
-        return False
-
-    dropped = 0
-    for node in list(prepared.graph.nodes):
-        if is_fq(node) and node.args and not feeds_a_layer(node):
-            node.replace_all_uses_with(node.args[0])
-            prepared.graph.erase_node(node)
-            dropped += 1
-    if dropped:
-        prepared.graph.eliminate_dead_code()
-        prepared.delete_all_unused_submodules()
-        prepared.recompile()
-    return dropped
 
 
 class TorchSession:

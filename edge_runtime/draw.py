@@ -226,7 +226,7 @@ def draw(image, result, out_path=None, *, keypoint_threshold: float = KEYPOINT_T
         if ok[i]:
             x, y = float(k["x"]), float(k["y"])
             dr.ellipse([x - r, y - r, x + r, y + r], fill=keypoint_color(i))
-    for det in dets:
+    for det in reversed(dets):         # best last: where tags overlap, the most confident one is read
         x1, y1, _, _ = _box(det["box"], size)
         _tag(dr, font, f"{det.get('label', det.get('class_id'))} {float(det['score']):.2f}", x1, y1,
              class_color(det.get("class_id", 0)), size)

@@ -16,8 +16,6 @@ of the matches.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,10 +23,10 @@ import numpy as np
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
 
-from .base import Prepared, Task, TaskMismatch, TaskOutput, dequantize, is_number
+from .base import Prepared, TaskMismatch, TaskOutput, dequantize, is_number
 from .detection_decode import FAMILIES, box_iou, nms
-from .image import load_image_samples
-from .vision import VISION_PRE_KEYS, VisionInput, check_vision_preprocess, vision_import_preprocess
+from .vision_task import VISION_IMPORT_OPTIONS, VisionTask
+from .vision import VisionInput, vision_import_preprocess
 
 THRESHOLDS = {"score_threshold": 0.25, "iou_threshold": 0.45, "max_detections": 100}
 MAX_CANDIDATES = 4096           # the best-scoring boxes NMS sees (a 640 YOLO has 8400 anchors)
@@ -148,35 +146,17 @@ def _mismatch(msg):
     raise TaskMismatch(msg)
 
 
-class ObjectDetection(Task):
+class ObjectDetection(VisionTask):
     name = "object-detection"
     parity_metric = "detection_f1"
-    input_kind = "image"
-    score_field = "image"
-    length_unit = "pixels"
-    needs_preprocess = True
     takes_labels = True
     takes_postprocess = True
-    preprocess_keys = VISION_PRE_KEYS
     manifest_sections = {"preprocess": {"size": list}, "postprocess": {"family": str}}
     manifest_files = ("labels",)
     importable = True
-    import_options = ("resize", "scale", "mean", "std", "resize_mode", "pad", "pad_position", "channel_order",
-                      "family", "postprocess")
+    import_options = VISION_IMPORT_OPTIONS + ("family", "postprocess")
     call_options = tuple(THRESHOLDS)
-    load_samples = staticmethod(load_image_samples)
     compare = staticmethod(detection_parity)
-
-    @classmethod
-    def check_sample_path(cls, path, what: str) -> None:
-        p = Path(path)
-        if not p.is_dir() and p.suffix.lower() != ".npy":
-            raise InputError(f"{what} {p}: object-detection takes a folder of PNG/JPEG/BMP images or a .npy of "
-                             f"uint8 images", code=ec.CONVERT_CALIBRATION_INVALID)
-
-    @classmethod
-    def check_preprocess_values(cls, pre: dict) -> None:
-        check_vision_preprocess(pre, cls.name)
 
     @classmethod
     def check_io(cls, inputs, outputs, post=None) -> dict:
@@ -254,13 +234,6 @@ class ObjectDetection(Task):
     def check_call_options(self, options: dict, limits) -> dict:
         return check_thresholds(options, getattr(limits, "max_detections", None), _err)
 
-    def warmup_sample(self):
-        return self.vision.warmup_sample()
-
-    def request_bytes(self, raw) -> int:
-        if isinstance(raw, (str, os.PathLike)):
-            return 0
-        return super().request_bytes(raw)
 
     def prepare(self, raw, limits) -> Prepared:
         x, geo, pixels = self.vision.prepare(raw, limits)

@@ -20,17 +20,15 @@ candidate position lies within 5% of the image diagonal of the reference's.
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 
 from edge_runtime import error_codes as ec
-from edge_runtime.errors import ArtifactError, InputError
+from edge_runtime.errors import ArtifactError
 
-from .base import Prepared, Task, TaskMismatch, TaskOutput, dequantize
-from .image import load_image_samples
-from .vision import VISION_PRE_KEYS, VisionInput, check_vision_preprocess, vision_import_preprocess
+from .base import Prepared, TaskMismatch, TaskOutput, dequantize
+from .vision_task import VISION_IMPORT_OPTIONS, VisionTask
+from .vision import VisionInput, vision_import_preprocess
 
 KEYPOINT_NAMES = ("nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder", "right_shoulder",
                   "left_elbow", "right_elbow", "left_wrist", "right_wrist", "left_hip", "right_hip", "left_knee",
@@ -83,30 +81,13 @@ def keypoint_names(k: int) -> list[str]:
     return list(KEYPOINT_NAMES) if k == len(KEYPOINT_NAMES) else [f"keypoint_{i}" for i in range(k)]
 
 
-class PoseEstimation(Task):
+class PoseEstimation(VisionTask):
     name = "pose-estimation"
     parity_metric = "keypoint_pck"
     parity_best = 1.0
-    load_samples = staticmethod(load_image_samples)
-    input_kind = "image"
-    score_field = "image"
-    length_unit = "pixels"
-    needs_preprocess = True
-    preprocess_keys = VISION_PRE_KEYS
     manifest_sections = {"preprocess": {"size": list}}
     importable = True
-    import_options = ("resize", "scale", "mean", "std")
-
-    @classmethod
-    def check_sample_path(cls, path, what: str) -> None:
-        p = Path(path)
-        if not p.is_dir() and p.suffix.lower() != ".npy":
-            raise InputError(f"{what} {p}: {cls.name} takes a folder of PNG/JPEG/BMP images or a .npy of uint8 "
-                             f"images", code=ec.CONVERT_CALIBRATION_INVALID)
-
-    @classmethod
-    def check_preprocess_values(cls, pre: dict) -> None:
-        check_vision_preprocess(pre, cls.name)
+    import_options = VISION_IMPORT_OPTIONS
 
     @classmethod
     def build_sections(cls, request, writer, outputs):
@@ -142,13 +123,6 @@ class PoseEstimation(Task):
         self.names = keypoint_names(k)
         self.vision = VisionInput(self.pre, self.input)
 
-    def warmup_sample(self):
-        return self.vision.warmup_sample()
-
-    def request_bytes(self, raw) -> int:
-        if isinstance(raw, (str, os.PathLike)):
-            return 0  # a path; the file's size is checked against max_image_bytes
-        return super().request_bytes(raw)
 
     def prepare(self, raw, limits) -> Prepared:
         x, geo, pixels = self.vision.prepare(raw, limits)

@@ -21,18 +21,16 @@ mean over classes present in either mask of their intersection over union).
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import numpy as np
 
 from edge_runtime import error_codes as ec
-from edge_runtime.errors import ArtifactError, InputError
+from edge_runtime.errors import ArtifactError
 
-from .base import Prepared, Task, TaskMismatch, TaskOutput
-from .image import load_image_samples
+from .base import Prepared, TaskMismatch, TaskOutput
 from .pose_estimation import check_image_input
-from .vision import VISION_PRE_KEYS, Geometry, VisionInput, check_vision_preprocess, vision_import_preprocess
+from .vision_task import VISION_IMPORT_OPTIONS, VisionTask
+from .vision import Geometry, VisionInput, vision_import_preprocess
 
 MAX_CLASSES = 256            # the mask is uint8
 
@@ -80,32 +78,15 @@ def to_original(cmap: np.ndarray, geo: Geometry, width: int, height: int) -> np.
     return cmap[rows[:, None], cols[None, :]]
 
 
-class SemanticSegmentation(Task):
+class SemanticSegmentation(VisionTask):
     name = "semantic-segmentation"
     parity_metric = "pixel_agreement"
     parity_best = 1.0
-    load_samples = staticmethod(load_image_samples)
-    input_kind = "image"
-    score_field = "image"
-    length_unit = "pixels"
-    needs_preprocess = True
     takes_labels = True
-    preprocess_keys = VISION_PRE_KEYS
     manifest_sections = {"preprocess": {"size": list}}
     manifest_files = ("labels",)
     importable = True
-    import_options = ("resize", "scale", "mean", "std")
-
-    @classmethod
-    def check_sample_path(cls, path, what: str) -> None:
-        p = Path(path)
-        if not p.is_dir() and p.suffix.lower() != ".npy":
-            raise InputError(f"{what} {p}: {cls.name} takes a folder of PNG/JPEG/BMP images or a .npy of uint8 "
-                             f"images", code=ec.CONVERT_CALIBRATION_INVALID)
-
-    @classmethod
-    def check_preprocess_values(cls, pre: dict) -> None:
-        check_vision_preprocess(pre, cls.name)
+    import_options = VISION_IMPORT_OPTIONS
 
     @classmethod
     def build_sections(cls, request, writer, outputs):
@@ -154,13 +135,6 @@ class SemanticSegmentation(Task):
         self.background = self.post.get("background", 0)
         self.vision = VisionInput(self.pre, self.input)
 
-    def warmup_sample(self):
-        return self.vision.warmup_sample()
-
-    def request_bytes(self, raw) -> int:
-        if isinstance(raw, (str, os.PathLike)):
-            return 0  # a path; the file's size is checked against max_image_bytes
-        return super().request_bytes(raw)
 
     def prepare(self, raw, limits) -> Prepared:
         x, geo, pixels = self.vision.prepare(raw, limits)

@@ -132,6 +132,23 @@ def test_detection_parity_matches_by_class_at_iou_half():
     assert detection_parity([TaskOutput(detections=[])], [TaskOutput(detections=[])])["value"] == 1.0
 
 
+def test_a_score_that_drifted_across_the_threshold_is_the_same_object():
+    box = {"class_id": 0, "box": [0, 0, 10, 10]}
+    ref = TaskOutput(detections=[dict(box, score=0.27)])
+    cand = TaskOutput(detections=[], near_detections=[dict(box, score=0.23)])
+    r = detection_parity([ref], [cand])
+    assert r["value"] == 1.0 and r["matched_across_threshold"] == 1
+    far = TaskOutput(detections=[], near_detections=[])                    # truly missed
+    assert detection_parity([ref], [far])["value"] == 0.0
+
+
+def test_near_misses_never_reach_a_result(make_artifact):
+    with er.load(make_artifact(task="object-detection"), device="fake") as rt:
+        res = rt.infer(np.full((20, 30, 3), 90, dtype=np.uint8), options={"score_threshold": 0.5})
+        assert all(d["score"] >= 0.5 for d in res.detections)
+        assert "near_detections" not in res.to_dict() and not hasattr(res, "near_detections")
+
+
 # -- the runtime: per-call options and limits, load-time checks --------------------------
 
 def test_per_call_options_are_checked_against_the_limits(make_artifact):
