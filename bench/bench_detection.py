@@ -96,7 +96,7 @@ def decode_nms(out, r, thr=0.25, iou=0.45):
     return sorted(result, key=lambda t: -t[1])
 
 
-def vendor_call(target, art: Path, bucket: dict, threads: int):
+def vendor_call(target, art: Path, bucket: dict, threads: int, precision: str | None = None):
     """``f(x float NCHW) -> output [1, 3549, 85] float`` on the variant's model file."""
     spec_in, spec_out = bucket["inputs"][0], bucket["outputs"][0]
     path = str(art / bucket["file"])
@@ -110,7 +110,10 @@ def vendor_call(target, art: Path, bucket: dict, threads: int):
     if target == "openvino":
         import openvino as ov
 
-        cm = ov.Core().compile_model(path, "CPU", {"PERFORMANCE_HINT": "LATENCY"})
+        cfg = {"PERFORMANCE_HINT": "LATENCY"}
+        if precision:       # the precision the runtime's session runs (its measured choice): the same work
+            cfg["INFERENCE_PRECISION_HINT"] = precision
+        cm = ov.Core().compile_model(path, "CPU", cfg)
         req = cm.create_infer_request()
         return lambda x: req.infer({0: x})[cm.output(0)].copy()
     from ai_edge_litert.interpreter import Interpreter
@@ -160,8 +163,9 @@ def main():
     for target, device in TARGETS.items():
         variant = next(v for v in man["variants"] if v["target"] == target)
         with er.load(art, device=device, target=target, strict=True) as rt:
-            threads = rt.info()["sessions"][0].get("threads") or 2
-            raw_call = vendor_call(target, art, variant["buckets"][0], threads)
+            info = rt.info()["sessions"][0]
+            threads = info.get("threads") or 2
+            raw_call = vendor_call(target, art, variant["buckets"][0], threads, info.get("precision_requested"))
 
             def raw(path, call=raw_call):
                 x, r = letterbox(path)
@@ -197,10 +201,13 @@ def main():
         med = blocks({"int8": lambda _: int8(x), "fp32": lambda _: f(x)}, list(range(args.per_block)), args.blocks)
         rows[target].update(int8_ms=round(med["int8"], 2), fp32_ms=round(med["fp32"], 2),
                             int8_over_fp32=round(med["int8"] / med["fp32"], 3))
-    cpu = detect()["cpu"]
+    from edge_runtime.host import cpu_int8_class
+
+    hw = detect()
+    cpu = hw["cpu"]
     result = {"model": "YOLOX-Nano 416 (float ONNX source, int8 variants converted here)",
-              "cpu": {"model": platform.processor() or cpu.get("model"), "int8_class": cpu.get("int8_class"),
-                      "cores": cpu.get("cores")},
+              "cpu": {"model": cpu.get("model") or platform.processor(), "int8_class": cpu_int8_class(hw),
+                      "features": cpu.get("features"), "cores": cpu.get("cores")},
               "blocks": args.blocks, "per_block": args.per_block, "targets": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

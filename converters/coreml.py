@@ -41,6 +41,7 @@ affine; default symmetric on the ONNX route, affine from a program: see coreml_e
 from __future__ import annotations
 
 import contextlib
+import json
 import importlib.util
 import io
 import platform
@@ -124,15 +125,21 @@ class CoremlConverter(Converter):
         elif mode == "w8a8":
             prepared, module = calibrate_w8a8(module, calibration_feeds, names, overrides)
             self._stand_ins.append(prepared)
-        mlmodel = self._convert(module, example, ins, outs, overrides)
+        core = core_names([t["name"] for t in ins + outs])
+        c_ins, c_outs = ([{**t, "name": core[t["name"]]} for t in ts] for ts in (ins, outs))
+        mlmodel = self._convert(module, example, c_ins, c_outs, overrides)
         if mode == "w8" or kind == "export":   # w8a8 from a program: embedding tables etc. int8 weight-only
             mlmodel = self._quantize_weights(mlmodel, int(overrides.get("weight_threshold", 1)))
         out_path = Path(out_path)
         shutil.rmtree(out_path, ignore_errors=True)
+        renamed = {k: v for k, v in core.items() if k != v}
+        if renamed:     # the package says itself which contract name each feature stands for
+            mlmodel.user_defined_metadata[NAMES_KEY] = json.dumps(renamed, sort_keys=True)
         mlmodel.save(str(out_path))
         seconds = round(time.perf_counter() - t0, 1)
         floats = recipe["float_input_layers"]["layers"] if recipe else []
-        report = validate(out_path, ins, outs, mode, float_inputs=len(floats))
+        report = validate(out_path, c_ins, c_outs, mode, float_inputs=len(floats))
+        back = {v: k for k, v in core.items()}
         precision = overrides.get("compute_precision", "float16")
         quantization = {
             "scheme": f"coreml {mode}: " + (
@@ -153,7 +160,8 @@ class CoremlConverter(Converter):
             "spec_validation": "every bucket, from its saved spec: buckets[].spec_validation",
         }
         return BucketBuild(quantization, inputs=ins, outputs=outs, entry=ENTRY, fields={
-            "coreml": {"inputs": report["inputs"], "outputs": report["outputs"]}, "spec_validation": report,
+            "coreml": {side: {back.get(k, k): v for k, v in report[side].items()} for side in ("inputs", "outputs")},
+            **({"tensor_names": renamed} if renamed else {}), "spec_validation": report,
             "build_seconds": seconds, "package_bytes": _package_bytes(out_path)})
 
     def _convert(self, module, example, ins: list[dict], outs: list[dict], overrides: dict):
@@ -210,3 +218,25 @@ class CoremlConverter(Converter):
         import torch
 
         return {"coremltools": coremltools.__version__, "torch": torch.__version__}
+
+
+NAMES_KEY = "edge_runtime.tensor_names"
+
+
+def core_names(names: list[str]) -> dict[str, str]:
+    """contract name -> a Core ML feature name: ML Program features must match
+    ``[A-Za-z_][A-Za-z0-9_]*`` (NanoDet's ``input.1`` and ``792`` do not); others stay as they are."""
+    import re
+
+    ident = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+    out: dict[str, str] = {n: n for n in names if ident.fullmatch(n)}      # identifiers keep their names
+    taken = set(out.values())
+    for n in names:
+        if n in out:
+            continue
+        c = "t_" + re.sub(r"\W", "_", n)
+        while c in taken:
+            c += "_"
+        out[n] = c
+        taken.add(c)
+    return {n: out[n] for n in names}

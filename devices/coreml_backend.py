@@ -81,6 +81,8 @@ class CoremlSession(DeviceSession):
         declared = bucket.get("coreml", {})
         self._in = {t["name"]: np.dtype(declared.get("inputs", {}).get(t["name"], t["dtype"]))
                     for t in bucket["inputs"]}
+        # contract name -> the package's feature name, where Core ML needed another (an identifier)
+        self._names = dict(bucket.get("tensor_names") or {})
         self._lock = threading.Lock()
 
     def _run(self, feeds, cancel):
@@ -90,14 +92,15 @@ class CoremlSession(DeviceSession):
             if want == np.int32 and arr.dtype == np.int64 and arr.size and \
                     (arr.min() < _INT32.min or arr.max() > _INT32.max):
                 raise ValueError(f"input {name!r} has values outside int32, which Core ML takes")
-            data[name] = np.ascontiguousarray(arr.astype(want, copy=False))
+            data[self._names.get(name, name)] = np.ascontiguousarray(arr.astype(want, copy=False))
         with self._lock:
             out = self._model.predict(data)
         result = {}
         for t in self._bucket["outputs"]:
-            if t["name"] not in out:
-                raise ValueError(f"Core ML model returned no {t['name']!r} (has {sorted(out)})")
-            arr = np.asarray(out[t["name"]]).astype(t["dtype"], copy=False)
+            key = self._names.get(t["name"], t["name"])
+            if key not in out:
+                raise ValueError(f"Core ML model returned no {key!r} (has {sorted(out)})")
+            arr = np.asarray(out[key]).astype(t["dtype"], copy=False)
             if list(arr.shape) != list(t["shape"]):
                 raise ValueError(f"output {t['name']!r} has shape {list(arr.shape)}, the manifest {t['shape']}")
             result[t["name"]] = arr

@@ -28,6 +28,8 @@ sizes); ``decode(arrays, params, input_hw)`` does the arithmetic.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .base import TaskMismatch
@@ -42,7 +44,9 @@ class Family:
         raise NotImplementedError
 
     @staticmethod
-    def decode(arrays: dict, p: dict, input_hw) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def decode(arrays: dict, p: dict, input_hw, floor: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Candidates ``(boxes [N, 4], scores [N], class ids [N])``; a family may leave out boxes
+        whose score is certainly under ``floor`` (the caller filters by score anyway)."""
         raise NotImplementedError
 
 
@@ -111,7 +115,7 @@ class Yolo(Family):
                 "class_activation": post.get("class_activation", "none"), "classes": width - extra}
 
     @staticmethod
-    def decode(arrays, p, input_hw):
+    def decode(arrays, p, input_hw, floor=0.0):
         a = arrays[p["output"]][0]
         a = a.T if p["layout"] == "channels_first" else a            # [N, 4(+1)+C]
         extra = 5 if p["objectness"] else 4
@@ -146,26 +150,38 @@ class Yolox(Family):
                 "classes": s[2] - 5}
 
     @staticmethod
-    def decode(arrays, p, input_hw):
+    def decode(arrays, p, input_hw, floor=0.0):
         a = arrays[p["output"]][0]
-        grids, steps = [], []
-        h, w = input_hw
-        for s in p["strides"]:
-            gh, gw = int(np.ceil(h / s)), int(np.ceil(w / s))
-            yv, xv = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
-            grids.append(np.stack([xv, yv], -1).reshape(-1, 2))
-            steps.append(np.full((gh * gw, 1), s, dtype=np.float32))
-        grid = np.concatenate(grids).astype(np.float32)
-        stride = np.concatenate(steps)
+        grid, stride = _grid(tuple(p["strides"]), *input_hw)
+        obj = a[:, 4]
+        if p["activation"] == "sigmoid":
+            obj = _sigmoid(obj)
+        if floor > 0:       # score = obj * cls <= obj: most cells are out before the class argmax
+            keep = np.flatnonzero(obj >= floor)
+            a, obj, grid, stride = a[keep], obj[keep], grid[keep], stride[keep]
+        cls = a[:, 5:]
+        if p["activation"] == "sigmoid":
+            cls = _sigmoid(cls)
         xy = (a[:, :2] + grid) * stride
         wh = np.exp(np.minimum(a[:, 2:4], 20.0)) * stride
-        obj, cls = a[:, 4], a[:, 5:]
-        if p["activation"] == "sigmoid":
-            obj, cls = _sigmoid(obj), _sigmoid(cls)
         ids = cls.argmax(1)
         scores = cls[np.arange(len(ids)), ids] * obj
         boxes = np.concatenate([xy - wh / 2, xy + wh / 2], 1)
         return boxes, scores, ids
+
+
+@functools.lru_cache(maxsize=16)
+def _grid(strides: tuple, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """YOLOX's cell (x, y) per anchor row and its stride, row-major per stride level."""
+    grids, steps = [], []
+    for s in strides:
+        gh, gw = int(np.ceil(h / s)), int(np.ceil(w / s))
+        yv, xv = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+        grids.append(np.stack([xv, yv], -1).reshape(-1, 2))
+        steps.append(np.full((gh * gw, 1), s, dtype=np.float32))
+    grid, stride = np.concatenate(grids).astype(np.float32), np.concatenate(steps)
+    grid.flags.writeable = stride.flags.writeable = False
+    return grid, stride
 
 
 @_family
@@ -200,7 +216,7 @@ class Gfl(Family):
                 "classes": classes}
 
     @staticmethod
-    def decode(arrays, p, input_hw):
+    def decode(arrays, p, input_hw, floor=0.0):
         h, w = input_hw
         proj = np.arange(p["reg_max"] + 1, dtype=np.float32)
         all_boxes, all_scores, all_ids = [], [], []
@@ -210,11 +226,12 @@ class Gfl(Family):
                 cls = _sigmoid(cls)
             ids = cls.argmax(1)
             scores = cls[np.arange(len(ids)), ids]
-            reg = arrays[rname].reshape(-1, 4, p["reg_max"] + 1)
+            idx = np.flatnonzero(scores >= floor) if floor > 0 else np.arange(len(ids))
+            ids, scores = ids[idx], scores[idx]     # the box distributions only where a box may be kept
+            reg = arrays[rname].reshape(-1, 4, p["reg_max"] + 1)[idx]
             reg = np.exp(reg - reg.max(-1, keepdims=True))
             dist = (reg / reg.sum(-1, keepdims=True)) @ proj * s              # [N, 4]: left, top, right, bottom
             gw = int(np.ceil(w / s))
-            idx = np.arange(len(ids))
             cx = (idx % gw + p["center_offset"]) * s
             cy = (idx // gw + p["center_offset"]) * s
             all_boxes.append(np.stack([cx - dist[:, 0], cy - dist[:, 1], cx + dist[:, 2], cy + dist[:, 3]], 1))
@@ -253,7 +270,7 @@ class SsdPostprocess(Family):
         return {"outputs": {key: o["name"] for key, o in picked.items()}, "classes": None}
 
     @staticmethod
-    def decode(arrays, p, input_hw):
+    def decode(arrays, p, input_hw, floor=0.0):
         names = p["outputs"]
         n = int(np.clip(np.asarray(arrays[names["count"]]).reshape(-1)[0], 0, arrays[names["scores"]].shape[1]))
         b = arrays[names["boxes"]][0, :n]

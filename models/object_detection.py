@@ -246,8 +246,8 @@ class ObjectDetection(VisionTask):
         if meta.get("cap"):
             th["max_detections"] = min(th["max_detections"], meta["cap"])
         arrays = {k: dequantize(v, self.specs[k]) if k in self.specs else v for k, v in outputs.items()}
-        boxes, scores, ids = self.family.decode(arrays, self.params, self.input_hw)
         floor = max(0.0, th["score_threshold"] - SCORE_MARGIN)
+        boxes, scores, ids = self.family.decode(arrays, self.params, self.input_hw, floor)
         ok = np.flatnonzero(np.isfinite(scores) & (scores >= floor)
                             & (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]))
         if ok.size > MAX_CANDIDATES:

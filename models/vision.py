@@ -130,8 +130,10 @@ class VisionInput:
         self.pad = int(pre.get("pad", 0))
         self.center = pre.get("pad_position", "top-left") == "center"
         self.bgr = pre.get("channel_order", "RGB") == "BGR" and channels == 3
-        # the tensor step sees a canvas of exactly the input size (no resize left to do)
+        # the tensor step sees a canvas of exactly the input size (no resize left to do), as an
+        # array: "bilinear-half-pixel" is the one resize to_tensor takes arrays for, a no-op here
         self._tensor_pre = {k: v for k, v in pre.items() if k not in ("resize", "interpolation")}
+        self._tensor_pre["resize"] = "bilinear-half-pixel"
         self.plan = input_plan(self._tensor_pre, spec, channels)
         _pil()
 
@@ -172,9 +174,7 @@ class VisionInput:
         img = decode(raw, limits, self.mode)
         w0, h0 = img.size
         geo = self.geometry(w0, h0)
-        a = self.pixels(img, geo)
-        canvas = _pil().fromarray(a if a.shape[2] == 3 else a[:, :, 0], mode=self.mode)
-        return to_tensor(canvas, self._tensor_pre, self.spec, self.plan), geo, w0 * h0
+        return to_tensor(self.pixels(img, geo), self._tensor_pre, self.spec, self.plan), geo, w0 * h0
 
     def warmup_sample(self) -> bytes:
         buf = io.BytesIO()

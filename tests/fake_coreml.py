@@ -38,6 +38,11 @@ class FakeMLModel:
         self.inputs = {f.name: (list(f.type.multiArrayType.shape), _DTYPES[name(f.type.multiArrayType.dataType)])
                        for f in self.spec.description.input}
         self.outputs = [f.name for f in self.spec.description.output]
+        # features renamed for Core ML (identifiers only) map back to the twin's ONNX names
+        import json
+
+        renamed = json.loads(self.spec.description.metadata.userDefined.get("edge_runtime.tensor_names", "{}"))
+        self._onnx = {v: k for k, v in renamed.items()}
         self._twin = ort.InferenceSession(str(twin), providers=["CPUExecutionProvider"])
         self._twin_dtypes = {i.name: np.float32 if "float" in i.type else np.int64 for i in self._twin.get_inputs()}
         self.calls = 0
@@ -53,7 +58,9 @@ class FakeMLModel:
                 raise ValueError(f"Core ML (fake): {k} is {data[k].dtype}{list(data[k].shape)}, "
                                  f"the model wants {np.dtype(dtype)}{shape}")
         self.calls += 1
-        out = self._twin.run(self.outputs, {k: v.astype(self._twin_dtypes[k]) for k, v in data.items()})
+        feeds = {self._onnx.get(k, k): v for k, v in data.items()}
+        out = self._twin.run([self._onnx.get(o, o) for o in self.outputs],
+                             {k: v.astype(self._twin_dtypes[k]) for k, v in feeds.items()})
         return dict(zip(self.outputs, out))
 
 

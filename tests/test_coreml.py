@@ -417,3 +417,49 @@ def test_minilm_torchscript_source_w8_and_no_w8a8(tmp_path_factory, minilm_sourc
     with pytest.raises(er.InputError, match="w8a8 needs an FX-traceable torch module") as ei:
         _convert_minilm(tmp_path_factory, "text-embedding", targets=("coreml",), recipe="w8a8", torch_source=ts)
     assert ei.value.code == "convert_target_failed"
+
+
+def test_contract_names_core_ml_cannot_take_map_to_identifiers():
+    """ML Program features must be identifiers: NanoDet's ``input.1`` and ``792`` get a name
+    Core ML takes (recorded in the bucket's tensor_names and the package metadata); identifiers
+    stay as they are; two names never collide."""
+    from edge_runtime.converters.coreml import core_names
+
+    m = core_names(["input.1", "792", "input_ids", "t_792", "a-b", "a.b"])
+    assert m["input_ids"] == "input_ids" and m["t_792"] == "t_792"
+    assert m["input.1"] == "t_input_1" and m["792"] == "t_792_"
+    assert len(set(m.values())) == len(m)
+    import re
+
+    assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v) for v in m.values())
+
+
+def test_a_model_whose_names_core_ml_cannot_take_converts_and_runs_under_its_own_names(tmp_path):
+    import onnx
+    from fake_coreml import FakeCoremltools
+    from onnx import TensorProto, helper
+
+    from edge_runtime.converters.base import BuildContext
+    from edge_runtime.converters.coreml import CoremlConverter
+    from edge_runtime.devices.coreml_backend import CoremlSession
+
+    need_coreml()
+    rng = np.random.default_rng(0)
+    wv = rng.standard_normal((3, 4)).astype(np.float32)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3, 4], wv.ravel())
+    graph = helper.make_graph([helper.make_node("Gemm", ["input.1", "w"], ["792"], transB=1)], "g",
+                              [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("792", TensorProto.FLOAT, [1, 3])], [w])
+    path = tmp_path / "odd_names.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    feeds = [{"input.1": rng.standard_normal((1, 4)).astype(np.float32)} for _ in range(4)]
+    built = CoremlConverter().build_bucket(path, tmp_path / "m.mlpackage", feeds,
+                                           BuildContext(task="tensors", recipe="w8", work=tmp_path))
+    assert built.fields["tensor_names"] == {"input.1": "t_input_1", "792": "t_792"}
+    assert set(built.fields["coreml"]["inputs"]) == {"input.1"}          # keyed by the contract's names
+    bucket = {"inputs": built.inputs, "outputs": built.outputs, **built.fields}
+    fake = FakeCoremltools({str((tmp_path / "m.mlpackage").resolve()): str(path)})
+    sess = CoremlSession((tmp_path / "m.mlpackage").resolve(), bucket, "ALL", fake, "coreml-faked")
+    out = sess.run(feeds[0])
+    want = feeds[0]["input.1"] @ wv.T
+    assert list(out) == ["792"] and np.allclose(out["792"], want, atol=1e-5)
