@@ -8,6 +8,9 @@ run two ways over the 5 detection photos, in alternating blocks:
   call on the variant's own model file, a YOLOX grid decode and a per-class NMS written
   for this file (not the project's).
 
+Each path is timed in its own worker process (blocks still alternate, driven from here):
+two backends' thread pools in one process take the 2 cores from each other.
+
 Reported: the ours/raw median ratio (goal <= 1.05), the share of decode + NMS in the
 device call (``task.finish`` vs ``session.run``, goal <= 10 %), and int8/fp32 latency
 per backend (fp32: the float source on onnxruntime and OpenVINO; LiteRT has no fp32
@@ -146,7 +149,68 @@ def blocks(fns: dict, work: list, n_blocks: int) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def worker(which: str, target: str, art: Path, precision: str | None, threads: int, per_block: int) -> None:
+    """One timed path in its own process: two OpenVINO (or ORT) thread pools in one process
+    steal the 2 cores from each other, and whichever runs second pays (OpenVINO: 1.15 in one
+    process, 1.00 in two). Reads "go" lines, answers the block's ms per item."""
+    import edge_runtime as er
+
+    work = [str(p) for p in (PHOTOS * 10)[:per_block]]
+    if which == "ours":
+        rt = er.load(art, device=TARGETS[target], target=target, strict=True)
+        fn = rt.infer
+    else:
+        man = json.loads((art / "manifest.json").read_text())
+        bucket = next(v for v in man["variants"] if v["target"] == target)["buckets"][0]
+        call = vendor_call(target, art, bucket, threads, precision)
+
+        def fn(path):
+            x, r = letterbox(path)
+            return decode_nms(call(x), r)
+    for p in work:
+        fn(p)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if line.strip() != "go":
+            break
+        t0 = time.perf_counter()
+        for p in work:
+            fn(p)
+        print((time.perf_counter() - t0) * 1000 / len(work), flush=True)
+
+
+def worker_blocks(target, art, precision, threads, n_blocks, per_block) -> dict:
+    import subprocess
+
+    procs = {}
+    for which in ("ours", "raw"):
+        cmd = [sys.executable, __file__, "--worker", which, "--target", target, "--artifact", str(art),
+               "--threads", str(threads), "--per-block", str(per_block)] + (["--precision", precision] if precision
+                                                                            else [])
+        procs[which] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        stderr=subprocess.DEVNULL)
+        assert procs[which].stdout.readline().strip() == "ready", which
+    times: dict[str, list] = {k: [] for k in procs}
+    for b in range(n_blocks):
+        for k in (["ours", "raw"] if b % 2 == 0 else ["raw", "ours"]):
+            procs[k].stdin.write("go\n")
+            procs[k].stdin.flush()
+            times[k].append(float(procs[k].stdout.readline()))
+    for p in procs.values():
+        p.stdin.close()
+        p.wait(timeout=60)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def main():
+    if "--worker" in sys.argv:
+        w = argparse.ArgumentParser()
+        for flag in ("--worker", "--target", "--artifact", "--precision"):
+            w.add_argument(flag)
+        w.add_argument("--threads", type=int)
+        w.add_argument("--per-block", type=int)
+        a = w.parse_args()
+        return worker(a.worker, a.target, Path(a.artifact), a.precision, a.threads, a.per_block)
     ap = argparse.ArgumentParser()
     ap.add_argument("--artifact", type=Path)
     ap.add_argument("--blocks", type=int, default=8)
@@ -174,7 +238,8 @@ def main():
                 ours = [(d["class_id"], round(d["score"], 2)) for d in rt.infer(str(p)).detections]
                 mine = [(c, round(s, 2)) for c, s, _ in raw(p)]
                 assert ours[:5] == mine[:5] and len(set(ours) ^ set(mine)) <= 2, (target, p.name, ours, mine)
-            med = blocks({"ours": lambda p: rt.infer(str(p)), "raw": raw}, work, args.blocks)
+            med = worker_blocks(target, art, info.get("precision_requested"), threads, args.blocks,
+                                args.per_block)
             sess = rt._sessions[0]
             preps = [rt.task.prepare(str(p), rt.limits) for p in PHOTOS]
             outs = [sess.run(pp.feeds) for pp in preps]
