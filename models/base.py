@@ -291,6 +291,20 @@ class Task:
         return labels
 
 
+def pick_output(outputs: list[dict], name: str | None, single: str) -> dict:
+    """The output named ``name`` (``postprocess.output``), else the only one; ``TaskMismatch``
+    otherwise (``single`` begins the message for a model with several outputs)."""
+    if name is not None:
+        chosen = [o for o in outputs if o.get("name") == name]
+        if not chosen:
+            raise TaskMismatch(f"the model has no output {name!r}")
+        return chosen[0]
+    if len(outputs) == 1:
+        return outputs[0]
+    raise TaskMismatch(f"{single}, this model has {len(outputs)}: "
+                       + ", ".join(f"{o.get('name')!r} {o.get('shape')}" for o in outputs))
+
+
 def dequantize(arr: np.ndarray, spec: dict) -> np.ndarray:
     q = spec.get("quantization")
     if q and arr.dtype.kind in "iu":

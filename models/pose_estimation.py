@@ -26,7 +26,7 @@ import numpy as np
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError
 
-from .base import Prepared, TaskMismatch, TaskOutput, dequantize
+from .base import Prepared, TaskMismatch, TaskOutput, dequantize, pick_output
 from .vision_task import VISION_IMPORT_OPTIONS, VisionTask
 from .vision import VisionInput, vision_import_preprocess
 
@@ -60,16 +60,7 @@ def check_image_input(inputs: list[dict], task: str) -> dict:
 
 def keypoint_output(outputs: list[dict], name: str | None = None) -> tuple[dict, int]:
     """``(spec, K)`` of the ``[1, 1, K, 3]`` / ``[1, K, 3]`` keypoint output, or :class:`TaskMismatch`."""
-    if name is not None:
-        chosen = [o for o in outputs if o.get("name") == name]
-        if not chosen:
-            raise TaskMismatch(f"the model has no output {name!r}")
-        spec = chosen[0]
-    elif len(outputs) == 1:
-        spec = outputs[0]
-    else:
-        raise TaskMismatch(f"a pose-estimation model has one keypoint output, this model has {len(outputs)}: "
-                           + ", ".join(f"{o.get('name')!r} {o.get('shape')}" for o in outputs))
+    spec = pick_output(outputs, name, "a pose-estimation model has one keypoint output")
     s = [int(d) for d in spec.get("shape", [])]
     if (len(s) == 4 and s[:2] == [1, 1] or len(s) == 3 and s[0] == 1) and s[-1] == 3 and s[-2] >= 1:
         return spec, s[-2]

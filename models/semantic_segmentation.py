@@ -27,7 +27,7 @@ import numpy as np
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError
 
-from .base import Prepared, TaskMismatch, TaskOutput
+from .base import Prepared, TaskMismatch, TaskOutput, pick_output
 from .pose_estimation import check_image_input
 from .vision_task import VISION_IMPORT_OPTIONS, VisionTask
 from .vision import Geometry, VisionInput, vision_import_preprocess
@@ -38,16 +38,7 @@ MAX_CLASSES = 256            # the mask is uint8
 def segmentation_output(outputs: list[dict], name: str | None = None) -> tuple[dict, int | None]:
     """``(spec, C)`` of the class-map (C None: not known from the shape) or class-score output,
     or :class:`TaskMismatch`."""
-    if name is not None:
-        chosen = [o for o in outputs if o.get("name") == name]
-        if not chosen:
-            raise TaskMismatch(f"the model has no output {name!r}")
-        spec = chosen[0]
-    elif len(outputs) == 1:
-        spec = outputs[0]
-    else:
-        raise TaskMismatch(f"a semantic-segmentation model has one output, this model has {len(outputs)}: "
-                           + ", ".join(f"{o.get('name')!r} {o.get('shape')}" for o in outputs))
+    spec = pick_output(outputs, name, "a semantic-segmentation model has one output")
     s = [int(d) for d in spec.get("shape", [])]
     hw = s[-2:] if len(s) == 2 or len(s) == 3 and s[0] == 1 else s[1:3] if len(s) == 4 and s[0] == 1 else []
     if np.dtype(spec["dtype"]).kind in "iu" and (len(s) < 4 or s[3] == 1) and hw and min(hw) > 1:
