@@ -1,0 +1,330 @@
+"""The gRPC front end of ``edge-infer serve``: KServe v2 ``inference.GRPCInferenceService``.
+
+Serves ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata and
+ModelInfer on a ``grpc.aio`` server in the caller's asyncio loop (the same
+loop as uvicorn), with the message classes of ``serve_proto`` (a private
+descriptor pool, so ``tritonclient.grpc`` can live in the same process).
+Every other RPC of the service answers UNIMPLEMENTED.
+
+It only translates: wire message -> ``InferRequest`` -> ``ServeCore.infer``
+-> ``InferResponse`` -> wire message. Limits, backpressure, deadlines and the
+model run are the core's. ``ServeError.status`` maps to a gRPC status through
+``serve_types.GRPC_STATUS``; the error's ``code`` travels in the trailing
+metadata key ``error-code``.
+
+Wire format, as Triton's:
+- inputs come in ``raw_input_contents`` (one entry per input, in order) or in
+  each input's typed ``contents``; outputs go out in ``raw_output_contents``;
+- a BYTES tensor's raw form is its elements, each a 4-byte little-endian
+  length then the bytes;
+- request ``parameters`` (e.g. ``timeout``) pass through to the core as
+  Python values; the response's parameters are the task result's scalar fields.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import struct
+from typing import Any, Final
+
+import numpy as np
+
+from . import error_codes as ec
+from . import serve_proto as sp
+from .serve_types import BYTES, DATATYPES, GRPC_STATUS, InferRequest, InferResponse, ServeError, Tensor
+
+log = logging.getLogger("edge_runtime.serve.grpc")
+
+DEFAULT_MAX_MESSAGE_BYTES: Final = 2 * 1024 * 1024   # README: request <= 2 MiB (the runtime's default)
+ERROR_CODE_KEY: Final = "error-code"                # trailing metadata key carrying ServeError.code
+OPEN_METHODS: Final = frozenset({"ServerLive", "ServerReady"})   # health answers need no token
+MAX_DIMS: Final = 16
+
+# datatype -> the InferTensorContents field that carries it (FP16 has none: raw only)
+_CONTENTS_FIELD: Final[dict[str, str]] = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
+    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", BYTES: "bytes_contents",
+}
+_LEN: Final = struct.Struct("<I")
+
+
+def _bad(message: str) -> ServeError:
+    return ServeError("bad_request", message, ec.SERVE_REQUEST_MALFORMED)
+
+
+# -- wire -> records ---------------------------------------------------------------------------------
+
+def param_value(p: Any) -> Any:
+    """An ``InferParameter`` as a Python value (None when unset)."""
+    which = p.WhichOneof("parameter_choice")
+    return getattr(p, which) if which else None
+
+
+def _set_param(p: Any, value: Any) -> None:
+    if isinstance(value, (bool, np.bool_)):
+        p.bool_param = bool(value)
+    elif isinstance(value, (int, np.integer)):
+        v = int(value)
+        if v >= 2 ** 63:
+            p.uint64_param = v
+        else:
+            p.int64_param = v
+    elif isinstance(value, (float, np.floating)):
+        p.double_param = float(value)
+    elif isinstance(value, str):
+        p.string_param = value
+    else:                                    # lists, dicts (top_k, boxes...): JSON text
+        p.string_param = json.dumps(value, default=_json_default, separators=(",", ":"))
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, bytes):
+        return o.decode("utf-8", "replace")
+    return str(o)
+
+
+def _shape(t: Any) -> list[int]:
+    shape = [int(d) for d in t.shape]
+    if len(shape) > MAX_DIMS or any(d < 0 for d in shape):
+        raise _bad(f"input {t.name!r}: shape {shape} is not a static non-negative shape of <= {MAX_DIMS} dims")
+    return shape
+
+
+def _count(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d                                  # Python ints: a huge shape never overflows, it mismatches
+    return n
+
+
+def split_bytes(raw: bytes, count: int, name: str) -> list[bytes]:
+    """A raw BYTES tensor (4-byte LE length + data per element) as ``count`` elements."""
+    out: list[bytes] = []
+    pos, end = 0, len(raw)
+    view = memoryview(raw)
+    while pos < end:
+        if end - pos < 4 or len(out) >= count:
+            raise _bad(f"input {name!r}: BYTES data does not hold {count} length-prefixed element(s)")
+        (n,) = _LEN.unpack_from(raw, pos)
+        pos += 4
+        if n > end - pos:
+            raise _bad(f"input {name!r}: a BYTES element's length {n} runs past the data")
+        out.append(bytes(view[pos:pos + n]))
+        pos += n
+    if len(out) != count:
+        raise _bad(f"input {name!r}: {len(out)} BYTES element(s) for a shape of {count}")
+    return out
+
+
+def join_bytes(items: list[Any]) -> bytes:
+    """BYTES elements (bytes or str) in Triton's raw form."""
+    parts: list[bytes] = []
+    for item in items:
+        b = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        parts.append(_LEN.pack(len(b)))
+        parts.append(b)
+    return b"".join(parts)
+
+
+def _tensor(t: Any, raw: bytes | None) -> Tensor:
+    name, datatype = t.name, t.datatype
+    shape = _shape(t)
+    count = _count(shape)
+    params = {k: param_value(v) for k, v in t.parameters.items()}
+    if datatype != BYTES and datatype not in DATATYPES:
+        raise _bad(f"input {name!r}: unknown datatype {datatype!r}")
+    if raw is None:
+        field = _CONTENTS_FIELD.get(datatype)
+        if field is None:
+            raise _bad(f"input {name!r}: {datatype} data must come in raw_input_contents")
+        values = getattr(t.contents, field)
+        if len(values) != count:
+            raise _bad(f"input {name!r}: {len(values)} element(s) in contents for shape {shape}")
+        if datatype == BYTES:
+            return Tensor(name, datatype, shape, list(values), params)
+        return Tensor(name, datatype, shape, np.asarray(values, dtype=DATATYPES[datatype]).reshape(shape), params)
+    if datatype == BYTES:
+        return Tensor(name, datatype, shape, split_bytes(raw, count, name), params)
+    dtype = np.dtype(DATATYPES[datatype]).newbyteorder("<")
+    if count * dtype.itemsize != len(raw):
+        raise _bad(f"input {name!r}: {len(raw)} bytes for shape {shape} of {datatype} "
+                   f"({count * dtype.itemsize} expected)")
+    arr = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    return Tensor(name, datatype, shape, arr.astype(arr.dtype.newbyteorder("="), copy=False), params)
+
+
+def to_request(msg: Any, received_bytes: int) -> InferRequest:
+    """A ``ModelInferRequest`` message as the core's :class:`InferRequest`."""
+    raws = list(msg.raw_input_contents)
+    if raws and len(raws) != len(msg.inputs):
+        raise _bad(f"{len(raws)} raw_input_contents for {len(msg.inputs)} input(s): give one per input, or none")
+    inputs = [_tensor(t, raws[i] if raws else None) for i, t in enumerate(msg.inputs)]
+    return InferRequest(
+        model=msg.model_name, version=msg.model_version or None, inputs=inputs, id=msg.id or None,
+        outputs=[o.name for o in msg.outputs] or None,
+        parameters={k: param_value(v) for k, v in msg.parameters.items()},
+        received_bytes=received_bytes)
+
+
+# -- records -> wire ---------------------------------------------------------------------------------
+
+def to_message(resp: InferResponse) -> Any:
+    """The core's :class:`InferResponse` as a ``ModelInferResponse`` (outputs raw)."""
+    msg = sp.message_class("ModelInferResponse")(
+        model_name=resp.model_name, model_version=str(resp.model_version), id=resp.id or "")
+    for k, v in resp.parameters.items():
+        if v is not None:
+            _set_param(msg.parameters[k], v)
+    for t in resp.outputs:
+        if t.datatype == BYTES:
+            items = list(np.asarray(t.data, dtype=object).reshape(-1)) if isinstance(t.data, np.ndarray) else list(t.data)
+            raw = join_bytes(items)
+            shape = list(t.shape) if t.shape is not None else [len(items)]
+        else:
+            arr = np.ascontiguousarray(t.data, dtype=np.dtype(DATATYPES[t.datatype]).newbyteorder("<"))
+            raw = arr.tobytes()
+            shape = list(t.shape) if t.shape is not None else list(arr.shape)
+        out = msg.outputs.add(name=t.name, datatype=t.datatype, shape=[int(d) for d in shape])
+        for k, v in t.parameters.items():
+            if v is not None:
+                _set_param(out.parameters[k], v)
+        msg.raw_output_contents.append(raw)
+    return msg
+
+
+# -- the service -------------------------------------------------------------------------------------
+
+class _Service:
+    def __init__(self, core: Any, token: str | None):
+        self.core = core
+        self._token = f"Bearer {token}".encode() if token else None
+
+    async def _abort(self, context: Any, err: ServeError) -> None:
+        import grpc
+
+        await context.abort(grpc.StatusCode[GRPC_STATUS.get(err.status, "INTERNAL")], err.message,
+                            trailing_metadata=((ERROR_CODE_KEY, err.code),))
+
+    def _authorized(self, context: Any) -> bool:
+        if self._token is None:
+            return True
+        given = b""
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization":
+                given = value.encode() if isinstance(value, str) else bytes(value)
+                break
+        return hmac.compare_digest(given, self._token)
+
+    def handler(self, method: str) -> Any:
+        """The async unary handler of ``method``: auth, parse, call, and the typed error mapping."""
+        req_cls = sp.message_class(sp.METHODS[method][0])
+        call = getattr(self, "_" + method)
+
+        async def handle(raw: bytes, context: Any) -> Any:
+            try:
+                if method not in OPEN_METHODS and not self._authorized(context):
+                    self._count("unauthorized")
+                    raise ServeError("unauthorized", "missing or wrong bearer token", ec.SERVE_UNAUTHORIZED)
+                try:
+                    msg = req_cls.FromString(raw)
+                except Exception as e:      # protobuf's DecodeError: the caller's bytes, not our bug
+                    raise _bad(f"{method}: the message does not parse ({e})") from None
+                return await call(msg, len(raw), context)
+            except ServeError as e:
+                await self._abort(context, e)
+            except Exception as e:         # ours: never a bare INTERNAL without the code
+                if _is_abort(e):
+                    raise
+                log.exception("gRPC %s failed", method)
+                await self._abort(context, ServeError("internal", f"{type(e).__name__}: {e}", ec.UNEXPECTED))
+
+        return handle
+
+    def _count(self, reason: str) -> None:
+        count = getattr(self.core, "count_rejection", None)
+        if count is not None:
+            count(reason)
+
+    async def _ServerLive(self, msg: Any, n: int, context: Any) -> Any:
+        return sp.message_class("ServerLiveResponse")(live=bool(self.core.live))
+
+    async def _ServerReady(self, msg: Any, n: int, context: Any) -> Any:
+        return sp.message_class("ServerReadyResponse")(ready=bool(self.core.ready))
+
+    async def _ModelReady(self, msg: Any, n: int, context: Any) -> Any:
+        ready = self.core.model_ready(msg.name, msg.version or None)
+        return sp.message_class("ModelReadyResponse")(ready=bool(ready))
+
+    async def _ServerMetadata(self, msg: Any, n: int, context: Any) -> Any:
+        md = self.core.server_metadata()
+        return sp.message_class("ServerMetadataResponse")(
+            name=str(md.get("name", "")), version=str(md.get("version", "")),
+            extensions=[str(x) for x in md.get("extensions", [])])
+
+    async def _ModelMetadata(self, msg: Any, n: int, context: Any) -> Any:
+        md = self.core.model_metadata(msg.name, msg.version or None)
+        out = sp.message_class("ModelMetadataResponse")(
+            name=str(md.get("name", msg.name)), versions=[str(v) for v in md.get("versions", [])],
+            platform=str(md.get("platform", "")))
+        for kind in ("inputs", "outputs"):
+            for t in md.get(kind, []):
+                getattr(out, kind).add(name=str(t["name"]), datatype=str(t["datatype"]),
+                                       shape=[int(d) for d in t["shape"]])
+        return out
+
+    async def _ModelInfer(self, msg: Any, n: int, context: Any) -> Any:
+        req = to_request(msg, n)
+        resp = await self.core.infer(req)
+        return to_message(resp)
+
+
+def _is_abort(e: BaseException) -> bool:
+    """``context.abort`` raises grpc's AbortError: let it through."""
+    return type(e).__name__ == "AbortError"
+
+
+async def start_grpc(core: Any, host: str, port: int, token: str | None = None, *,
+                     max_message_bytes: int | None = None) -> Any:
+    """Start the KServe v2 gRPC service for ``core`` on ``host:port`` in the running loop.
+
+    Returns the started ``grpc.aio.Server`` (stop it with ``await server.stop(grace)``);
+    its bound port (``port=0`` picks a free one) is ``server.edge_port``.
+    ``max_message_bytes`` caps a request message (default: the core's body cap,
+    ``core.max_body_bytes``, else 2 MiB); a bigger one is refused by grpc with
+    RESOURCE_EXHAUSTED before it is read whole.
+    """
+    import grpc
+
+    cap = int(max_message_bytes or getattr(core, "max_body_bytes", 0) or DEFAULT_MAX_MESSAGE_BYTES)
+    service = _Service(core, token)
+    handlers = {
+        method: grpc.unary_unary_rpc_method_handler(
+            service.handler(method), request_deserializer=None,        # bytes: parsed in the handler
+            response_serializer=lambda m: m.SerializeToString())
+        for method in sp.METHODS
+    }
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", cap),
+        ("grpc.max_send_message_length", -1),
+        ("grpc.so_reuseport", 0),
+    ])
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(sp.SERVICE_FULL_NAME, handlers),))
+    address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+    bound = server.add_insecure_port(address)
+    if not bound:
+        raise OSError(f"gRPC: cannot bind {address}")
+    await server.start()
+    try:
+        server.edge_port = bound
+    except AttributeError:                     # a server class with slots: the caller passed the port
+        pass
+    log.info("gRPC KServe v2 on %s (port %d, message cap %d bytes, token %s)",
+             address, bound, cap, "required" if token else "off")
+    return server
