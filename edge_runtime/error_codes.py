@@ -307,6 +307,34 @@ SCORE_ERROR_RATE_EXCEEDED: Final = _code("score_error_rate_exceeded", "other",
 UNEXPECTED: Final = _code("unexpected", "other", "An exception outside the error tree (a bug: run with --debug).")
 UNKNOWN: Final = _code("unknown", "other", "An error recorded without a code.")
 
+# -- serve: refusals of `edge-infer serve` (a ServeError's code; the runtime's own codes pass through) ---
+SERVE_REQUEST_MALFORMED: Final = _code("serve_request_malformed", "input",
+                                       "The inference request does not follow the Open Inference Protocol (JSON, "
+                                       "datatypes, shapes, binary sizes); the message says where.")
+SERVE_REQUEST_TOO_LARGE: Final = _code("serve_request_too_large", "input",
+                                       "The request body is over the server's byte cap (refused before reading it).")
+SERVE_REQUEST_TIMEOUT: Final = _code("serve_request_timeout", "input",
+                                     "The request body did not arrive within the server's read timeout.")
+SERVE_MODEL_NOT_FOUND: Final = _code("serve_model_not_found", "input", "The server has no model of that name or version.")
+SERVE_UNAUTHORIZED: Final = _code("serve_unauthorized", "input", "The bearer token is missing or wrong.")
+SERVE_OVERLOADED: Final = _code("serve_overloaded", "other",
+                                "The model's in-flight and queue bounds are full: retry later (HTTP 429).")
+SERVE_NOT_READY: Final = _code("serve_not_ready", "other",
+                               "The server is still loading its models or is draining to shut down (HTTP 503).")
+
+# -- score --engine ray: a node's copy of the artifact (the runtime's own artifact codes pass through) ---
+ARTIFACT_COPY_DIFFERS: Final = _code("artifact_copy_differs", "artifact",
+                                     "A Ray node's copy of the artifact is sealed differently from the job's "
+                                     "(another version): its rows fail, never scored with it.")
+
+# -- shadow: two inference versions on the same inputs ---------------------------------------------
+SHADOW_TASK_MISMATCH: Final = _code("shadow_task_mismatch", "input",
+                                    "edge-infer shadow was given artifacts of two different tasks: their outputs "
+                                    "cannot be compared.")
+SHADOW_AGREEMENT_BELOW: Final = _code("shadow_agreement_below", "parity",
+                                      "edge-infer shadow measured the two sides agreeing on fewer inputs than "
+                                      "--min-agreement.")
+
 
 def markdown() -> str:
     """README's table: ``| code | layer | exit | meaning |``, one row a code."""

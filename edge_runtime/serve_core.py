@@ -1,0 +1,405 @@
+"""The server core of ``edge-infer serve``, protocol-neutral.
+
+``serve_http`` and ``serve_grpc`` turn their wire format into an
+:class:`~edge_runtime.serve_types.InferRequest` and call :meth:`ServeCore.infer`;
+everything else happens here, once for both protocols:
+
+- models: every artifact is loaded, verified on this machine (its probe set)
+  and warmed before ``ready`` turns true; name and version come from the manifest;
+- limits: the runtime's own (items, bytes, text length, pixels) through
+  ``rt.infer_batch``; the deadline is the request's ``timeout`` parameter
+  (microseconds, as Triton's clients send it) capped by the artifact's
+  ``deadline_ms``, and the time spent queued counts against it;
+- backpressure: per model at most ``max_in_flight`` requests run and at most
+  ``max_queue`` wait; beyond that a request is refused at once
+  (``overloaded``: HTTP 429, gRPC RESOURCE_EXHAUSTED), never queued unbounded;
+- dynamic batching: for backends with a batch path (``capabilities.batched``:
+  OpenVINO's AsyncInferQueue) requests arriving within ``batch_delay_ms`` of
+  the first are merged into one ``infer_batch`` (at most ``max_batch_items``);
+- model calls run on a thread pool, never on the event loop;
+- errors: the runtime's typed errors map to a status (``STATUS_OF``), the code
+  passes through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import error_codes as ec
+from .errors import (ArtifactError, DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout,
+                     InputError)
+from .serve_tensors import bad, io_metadata, request_items, response_outputs
+from .serve_types import InferRequest, InferResponse, ServeError
+
+log = logging.getLogger("edge_runtime.serve")
+
+SERVER_NAME = "edge-runtime"
+EXTENSIONS = ["binary_tensor_data", "model_repository_metadata_only", "statistics_prometheus"]
+# what an inference error becomes on the wire; an input over a byte limit is a 413
+STATUS_OF: tuple[tuple[type, str], ...] = (
+    (InputError, "bad_request"), (InferenceTimeout, "timeout"), (DeviceError, "unavailable"),
+    (ArtifactError, "internal"), (InferenceRuntimeError, "internal"), (EdgeRuntimeError, "internal"))
+TOO_LARGE_CODES = frozenset({ec.INPUT_TOO_LARGE, ec.INPUT_BATCH_TOO_LARGE})
+# refusals before any model work, counted in edge_serve_rejections_total{reason}
+_REJECTION = {ec.SERVE_NOT_READY: "not_ready", ec.SERVE_OVERLOADED: "overloaded",
+              ec.SERVE_MODEL_NOT_FOUND: "not_found", ec.SERVE_REQUEST_MALFORMED: "malformed"}
+
+
+def serve_error(exc: BaseException, prefix: str = "") -> ServeError:
+    """The ``ServeError`` for any exception raised while answering a request."""
+    if isinstance(exc, ServeError):
+        return exc
+    if isinstance(exc, EdgeRuntimeError):
+        status = next(s for cls, s in STATUS_OF if isinstance(exc, cls))
+        if status == "bad_request" and exc.code in TOO_LARGE_CODES:
+            status = "too_large"
+        return ServeError(status, prefix + exc.message, exc.code)
+    log.exception("unexpected error while serving a request")
+    return ServeError("internal", f"{prefix}{type(exc).__name__}: {exc}", ec.UNEXPECTED)
+
+
+def artifacts_in(repository: str | Path) -> list[Path]:
+    """The artifact directories of a model repository: each direct subfolder holding a manifest.json."""
+    root = Path(repository)
+    if not root.is_dir():
+        raise InputError(f"model repository {root} is not a directory", code=ec.INPUT_MISSING)
+    found = sorted(p for p in root.iterdir() if (p / "manifest.json").is_file())
+    if not found:
+        raise InputError(f"model repository {root} holds no artifact (a subfolder with a manifest.json)",
+                         code=ec.INPUT_MISSING)
+    return found
+
+
+@dataclass
+class _Job:
+    items: list
+    future: asyncio.Future
+    t_end: float                      # perf_counter deadline
+
+
+@dataclass
+class _Model:
+    rt: Any
+    name: str
+    version: str
+    kind: str
+    inputs: list[dict]
+    batched: bool
+    metadata: dict = field(default_factory=dict)
+    running: int = 0
+    waiting: int = 0
+    sem: asyncio.Semaphore | None = None
+    pending: list[_Job] = field(default_factory=list)
+    flush_handle: asyncio.TimerHandle | None = None
+
+
+class ServeCore:
+    def __init__(self, artifacts: list[str | Path], *, device: str = "auto", device_options: dict | None = None,
+                 max_in_flight: int = 4, max_queue: int = 64, batch_delay_ms: float = 2.0,
+                 max_body_bytes: int = 8 * 1024 * 1024, max_batch_items: int = 32, verify: bool = True):
+        if not artifacts:
+            raise InputError("serve needs at least one artifact", code=ec.INPUT_MISSING)
+        for what, v in (("max_in_flight", max_in_flight), ("max_queue", max_queue),
+                        ("max_body_bytes", max_body_bytes), ("max_batch_items", max_batch_items)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if what == "max_queue" else 1):
+                raise InputError(f"{what} must be a positive integer, got {v!r}", code=ec.INPUT_INVALID)
+        if not batch_delay_ms >= 0 or math.isinf(batch_delay_ms):
+            raise InputError(f"batch_delay_ms must be >= 0, got {batch_delay_ms!r}", code=ec.INPUT_INVALID)
+        self.artifacts = [Path(a) for a in artifacts]
+        self.device, self.device_options, self.verify = device, device_options, verify
+        self.max_in_flight, self.max_queue = max_in_flight, max_queue
+        self.batch_delay_s = batch_delay_ms / 1000
+        self.max_body_bytes, self.max_batch_items = max_body_bytes, max_batch_items
+        self.models: dict[tuple[str, str], _Model] = {}
+        self._latest: dict[str, str] = {}
+        self._pool = ThreadPoolExecutor(max_workers=max_in_flight * len(self.artifacts) + 1,
+                                        thread_name_prefix="edge-serve")
+        self._lock = threading.Lock()
+        self._ready = False
+        self._draining = False
+        self._closed = False
+        self._active = 0
+        self._idle: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._requests: Counter = Counter()        # (model, status) -> n
+        self._rejections: Counter = Counter()      # reason -> n
+        self._batches = 0
+        self._batched_requests = 0
+        self._received_bytes = 0
+        self.load_s: float | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def load_all(self) -> None:
+        """Load, verify (the probe set on this machine) and warm every artifact; then ready."""
+        import edge_runtime as er
+
+        t0 = time.perf_counter()
+        try:
+            for path in self.artifacts:
+                rt = er.load(path, device=self.device, device_options=self.device_options, verify=self.verify)
+                key = (rt.artifact.name, str(rt.artifact.version))
+                if key in self.models:
+                    rt.close()
+                    raise InputError(f"two artifacts serve {key[0]} version {key[1]}: {path} and "
+                                     f"{self.models[key].rt.artifact.root}", code=ec.INPUT_INVALID)
+                batched = all(c.batched for c in rt.capabilities)
+                if batched and self.batch_delay_s > 0:
+                    rt.warm_batch()
+                m = _Model(rt, key[0], key[1], rt.task.input_kind, list(rt.variant.buckets[0]["inputs"]), batched)
+                m.metadata = self._metadata(m)
+                self.models[key] = m
+                self._latest[key[0]] = key[1]
+        except BaseException:
+            self.close()
+            raise
+        self.load_s = time.perf_counter() - t0
+        self._ready = not self._draining
+
+    def _metadata(self, m: _Model) -> dict:
+        sample = None
+        try:
+            if m.kind == "tensors":
+                sample = m.rt.task.bucket_samples(m.rt.limits)[0]
+            else:
+                sample = m.rt.task.warmup_sample()
+            results = [m.rt.infer(sample)] if sample is not None else None
+        except EdgeRuntimeError as exc:
+            log.warning("%s: no sample result for the output metadata: %s", m.name, exc.message)
+            results = None
+        inputs, outputs = io_metadata(m.kind, m.inputs, results)
+        m.rt._metrics.reset()            # the sample call is not traffic
+        return {"name": m.name, "versions": [m.version], "platform": f"edge-runtime_{m.rt.variant.target}",
+                "inputs": inputs, "outputs": outputs}
+
+    @property
+    def live(self) -> bool:
+        return not self._closed
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and not self._draining and not self._closed
+
+    async def drain(self, timeout_s: float) -> None:
+        """Readiness false, refuse new requests (``unavailable``), wait for the in-flight ones (bounded)."""
+        self._draining = True
+        self._ready = False
+        if self._active == 0:
+            return
+        self._idle = self._idle or asyncio.Event()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("drain: %d request(s) still running after %.1f s", self._active, timeout_s)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._ready = False
+        for m in self.models.values():
+            m.rt.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- metadata ----------------------------------------------------------------------------
+    def _model(self, name: str, version: str | None) -> _Model:
+        if version in (None, ""):
+            version = self._latest.get(name)
+        m = self.models.get((name, str(version)))
+        if m is None:
+            known = sorted(f"{n}/{v}" for n, v in self.models)
+            raise ServeError("not_found", f"no model {name!r}" + (f" version {version!r}" if version else "")
+                             + (f" (serving: {', '.join(known)})" if known else " (no model is loaded yet)"),
+                             ec.SERVE_MODEL_NOT_FOUND)
+        return m
+
+    def model_ready(self, name: str, version: str | None) -> bool:
+        self._model(name, version)
+        return self.ready
+
+    def server_metadata(self) -> dict:
+        from . import __version__
+
+        return {"name": SERVER_NAME, "version": str(__version__), "extensions": list(EXTENSIONS)}
+
+    def model_metadata(self, name: str, version: str | None) -> dict:
+        return dict(self._model(name, version).metadata)
+
+    # -- inference ---------------------------------------------------------------------------
+    async def infer(self, req: InferRequest) -> InferResponse:
+        t0 = time.perf_counter()
+        name = ""                 # a metrics label: only a model we serve, never a name a client made up
+        self._received_bytes += int(req.received_bytes or 0)
+        try:
+            if not self.ready:
+                raise ServeError("unavailable", "the server is draining" if self._draining else
+                                 "the server is not ready (models are loading)", ec.SERVE_NOT_READY)
+            m = self._model(req.model, req.version)
+            name = m.name
+            deadline_ms = self._deadline_ms(m, req.parameters)
+            options = {k: v for k, v in req.parameters.items() if k in m.rt.task.call_options} or None
+            items = request_items(m.kind, m.inputs, req)
+            if m.running + m.waiting >= self.max_in_flight + self.max_queue:
+                raise ServeError("overloaded", f"model {m.name} has {m.running} request(s) running and {m.waiting} "
+                                 f"queued (bounds {self.max_in_flight} + {self.max_queue}); retry later",
+                                 ec.SERVE_OVERLOADED)
+            self._enter()
+            try:
+                results = await self._run(m, items, t0 + deadline_ms / 1000, options)
+            finally:
+                self._leave()
+            errors = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
+            if errors:
+                i, first = errors[0]
+                raise serve_error(first, f"item {i}: " if len(results) > 1 else "")
+            resp = self._response(m, req, results, t0)
+        except BaseException as exc:
+            err = serve_error(exc)
+            reason = _REJECTION.get(err.code)
+            if reason is not None:
+                self.count_rejection(reason)
+            self._requests[(name, err.status)] += 1
+            raise err from (None if exc is err else exc)
+        self._requests[(name, "ok")] += 1
+        return resp
+
+    def _deadline_ms(self, m: _Model, params: dict) -> float:
+        limit = float(m.rt.limits.deadline_ms)
+        timeout = params.get("timeout")
+        if timeout is None:
+            return limit
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 \
+                or not math.isfinite(timeout):
+            raise bad(f"parameter 'timeout' must be a positive number of microseconds, got {timeout!r}")
+        return min(limit, timeout / 1000)
+
+    def _enter(self) -> None:
+        self._active += 1
+
+    def _leave(self) -> None:
+        self._active -= 1
+        if self._active == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def _run(self, m: _Model, items: list, t_end: float, options: dict | None) -> list:
+        if m.sem is None:
+            m.sem = asyncio.Semaphore(self.max_in_flight)
+        if m.batched and self.batch_delay_s > 0 and options is None and len(items) < self.max_batch_items:
+            return await self._batched(m, items, t_end)
+        m.waiting += 1
+        try:
+            await m.sem.acquire()
+        finally:
+            m.waiting -= 1
+        m.running += 1
+        try:
+            return await self._call(m, items, t_end, options)
+        finally:
+            m.running -= 1
+            m.sem.release()
+
+    async def _call(self, m: _Model, items: list, t_end: float, options: dict | None) -> list:
+        remaining_ms = (t_end - time.perf_counter()) * 1000
+        if remaining_ms <= 0:
+            raise InferenceTimeout("the request's deadline passed while it was queued", code=ec.INFERENCE_TIMEOUT)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._pool, lambda: m.rt.infer_batch(items, deadline_ms=remaining_ms, options=options))
+
+    async def _batched(self, m: _Model, items: list, t_end: float) -> list:
+        """Join the model's pending batch; the first request of a batch schedules its flush."""
+        job = _Job(items, asyncio.get_running_loop().create_future(), t_end)
+        m.pending.append(job)
+        m.waiting += 1
+        if sum(len(j.items) for j in m.pending) >= self.max_batch_items:
+            self._flush(m)
+        elif m.flush_handle is None:
+            m.flush_handle = asyncio.get_running_loop().call_later(self.batch_delay_s, self._flush, m)
+        return await job.future
+
+    def _flush(self, m: _Model) -> None:
+        if m.flush_handle is not None:
+            m.flush_handle.cancel()
+            m.flush_handle = None
+        jobs, m.pending = m.pending, []
+        if jobs:      # the task is kept until done: the loop holds only a weak reference to it
+            task = asyncio.get_running_loop().create_task(self._run_jobs(m, jobs))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run_jobs(self, m: _Model, jobs: list[_Job]) -> None:
+        assert m.sem is not None
+        try:
+            await m.sem.acquire()
+        finally:
+            m.waiting -= len(jobs)
+        m.running += len(jobs)
+        try:
+            items = [x for j in jobs for x in j.items]
+            self._batches += 1
+            self._batched_requests += len(jobs)
+            results = await self._call(m, items, min(j.t_end for j in jobs), None)
+            at = 0
+            for j in jobs:
+                if not j.future.done():
+                    j.future.set_result(results[at:at + len(j.items)])
+                at += len(j.items)
+        except BaseException as exc:
+            for j in jobs:
+                if not j.future.done():
+                    j.future.set_exception(exc)
+        finally:
+            m.running -= len(jobs)
+            m.sem.release()
+
+    def _response(self, m: _Model, req: InferRequest, results: list, t0: float) -> InferResponse:
+        params: dict[str, Any] = {
+            "model_version": m.version, "device": results[0].device, "target": results[0].target,
+            "trace_id": ",".join(r.trace_id for r in results),
+            "truncated": any(r.truncated for r in results),
+            "latency_ms": round((time.perf_counter() - t0) * 1000, 3),
+        }
+        return InferResponse(m.name, m.version, response_outputs(results, req.outputs),
+                             id=req.id or uuid.uuid4().hex, parameters=params)
+
+    # -- metrics -----------------------------------------------------------------------------
+    def count_rejection(self, reason: str) -> None:
+        self._rejections[reason] += 1
+
+    def metrics_text(self) -> str:
+        from .metrics import _labels, prometheus_text
+
+        lines = [prometheus_text([m.rt.metrics() for m in self.models.values()]).rstrip("\n")] if self.models else []
+
+        def family(name: str, kind: str, help_text: str, rows: list[tuple[dict, Any]]) -> None:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} {kind}")
+            lines.extend(f"{name}{_labels(labels)} {value}" for labels, value in rows)
+
+        family("edge_serve_requests_total", "counter", "Inference requests answered, per model and status.",
+               [({"model": n, "status": s}, c) for (n, s), c in sorted(self._requests.items())])
+        family("edge_serve_in_flight", "gauge", "Requests running on a model now.",
+               [({"model": m.name, "version": m.version}, m.running) for m in self.models.values()])
+        family("edge_serve_queue_depth", "gauge", "Requests waiting for a model now.",
+               [({"model": m.name, "version": m.version}, m.waiting) for m in self.models.values()])
+        family("edge_serve_rejections_total", "counter", "Requests refused before any model work, per reason.",
+               [({"reason": r}, c) for r, c in sorted(self._rejections.items())])
+        family("edge_serve_batches_total", "counter", "Dynamic batches run (merged requests).",
+               [({}, self._batches)])
+        family("edge_serve_batched_requests_total", "counter", "Requests that went through a dynamic batch.",
+               [({}, self._batched_requests)])
+        family("edge_serve_received_bytes_total", "counter", "Inference request bytes received.",
+               [({}, self._received_bytes)])
+        family("edge_serve_ready", "gauge", "1 when every model is loaded and the server is not draining.",
+               [({}, int(self.ready))])
+        return "\n".join(lines) + "\n"

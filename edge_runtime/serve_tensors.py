@@ -1,0 +1,183 @@
+"""Task <-> tensor mapping for ``edge-infer serve``, protocol-neutral.
+
+Inputs (one request holds N items; every item goes through ``rt.infer_batch``):
+
+- text tasks: one ``BYTES`` input (any name; ``text`` by convention), each
+  element one UTF-8 text;
+- image tasks: one ``BYTES`` input (``image``), each element one encoded
+  PNG/JPEG/BMP image (always the image's bytes, never a path on the server),
+  or one ``UINT8`` input, ``[H, W]`` / ``[H, W, C]`` for one image or
+  ``[N, H, W, C]`` for N;
+- ``tensors``: the model's named numeric inputs, as the model declares them
+  (``[1, ...]``), or ``[N, ...]`` for N items when the model's batch axis is 1.
+
+Outputs, each ``[N, ...]`` along the items:
+
+- classifiers: ``label`` BYTES, ``class_id`` INT64, ``score`` FP32 (the
+  prediction's probability), ``top_k_class_ids`` INT64 ``[N, K]`` and
+  ``top_k_scores`` FP32 ``[N, K]``;
+- embeddings: ``embedding`` FP32 ``[N, D]``;
+- detection: ``num_detections`` INT64 (the boxes are in ``result``);
+- tensors and segmentation: the model's (dequantized) outputs by name
+  (segmentation: ``mask``);
+- every task: ``result`` BYTES, one JSON document per item: the result's
+  ``to_dict()`` without its arrays (prediction, top_k, detections,
+  keypoints, trace_id, latency_ms, bucket, truncated, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import numpy as np
+
+from . import error_codes as ec
+from .serve_types import BYTES, DATATYPES, InferRequest, ServeError, Tensor, datatype_of
+
+_BIG = ("embedding", "outputs", "raw_outputs")
+
+
+def bad(message: str) -> ServeError:
+    return ServeError("bad_request", message, ec.SERVE_REQUEST_MALFORMED)
+
+
+def request_items(kind: str, model_inputs: list[dict], req: InferRequest) -> list:
+    """The raw items ``rt.infer_batch`` takes, from the request's tensors (``ServeError`` bad_request)."""
+    if not req.inputs:
+        raise bad("the request has no inputs")
+    if kind in ("text", "image"):
+        if len(req.inputs) != 1:
+            raise bad(f"a {kind} model takes one input, got {len(req.inputs)}: "
+                      f"{', '.join(t.name for t in req.inputs)}")
+        t = req.inputs[0]
+        items: list[Any]
+        if t.datatype == BYTES:
+            items = [bytes(x) for x in t.data]
+        elif kind == "image" and t.datatype == "UINT8":
+            arr = np.asarray(t.data)
+            if arr.ndim in (2, 3):
+                items = [arr]
+            elif arr.ndim == 4:
+                items = list(arr)
+            else:
+                raise bad(f"input {t.name!r}: a UINT8 image is [H, W], [H, W, C] or [N, H, W, C], "
+                          f"got shape {list(arr.shape)}")
+        else:
+            want = "BYTES (encoded images) or UINT8" if kind == "image" else "BYTES (UTF-8 texts)"
+            raise bad(f"input {t.name!r} is {t.datatype}; a {kind} model takes {want}")
+        if not items:
+            raise bad(f"input {t.name!r} holds no items")
+        return items
+    return _tensor_items(model_inputs, req)
+
+
+def _tensor_items(model_inputs: list[dict], req: InferRequest) -> list:
+    arrays: dict[str, np.ndarray] = {}
+    for t in req.inputs:
+        if t.datatype == BYTES:
+            raise bad(f"input {t.name!r} is BYTES; this model takes numeric tensors")
+        if t.name in arrays:
+            raise bad(f"input {t.name!r} is given twice")
+        arrays[t.name] = np.asarray(t.data)
+    specs = {s["name"]: list(s["shape"]) for s in model_inputs}
+    counts = set()
+    for name, arr in arrays.items():
+        shape = specs.get(name)
+        if shape and shape[0] == 1 and arr.ndim == len(shape) and list(arr.shape[1:]) == shape[1:]:
+            counts.add(int(arr.shape[0]))
+        else:
+            counts.add(-1)
+    if len(counts) == 1 and (n := counts.pop()) > 1:
+        return [{k: v[i:i + 1] for k, v in arrays.items()} for i in range(n)]
+    return [arrays]
+
+
+def _item_json(res) -> bytes:
+    d = res.to_dict()
+    for k in _BIG:
+        d.pop(k, None)
+    return json.dumps(d, separators=(",", ":"), default=str).encode("utf-8")
+
+
+def _stack(arrays: list[np.ndarray]) -> np.ndarray:
+    if len(arrays) == 1:
+        return np.asarray(arrays[0])
+    if all(a.ndim >= 1 and a.shape[0] == 1 for a in arrays) and len({a.shape for a in arrays}) == 1:
+        return np.concatenate(arrays, axis=0)
+    return np.stack(arrays)
+
+
+def _bytes_tensor(name: str, values: list[bytes]) -> Tensor:
+    return Tensor(name, BYTES, [len(values)], values)
+
+
+def _array_tensor(name: str, arr: np.ndarray) -> Tensor:
+    arr = np.ascontiguousarray(arr)
+    return Tensor(name, datatype_of(arr), list(arr.shape), arr)
+
+
+def output_makers(results: list) -> dict[str, Callable[[], Tensor]]:
+    """Output name -> a function building that tensor from ``results`` (only the asked-for ones are built)."""
+    r0 = results[0]
+    makers: dict[str, Callable[[], Tensor]] = {}
+    if r0.class_id is not None:
+        makers["label"] = lambda: _bytes_tensor("label", [str(r.prediction).encode("utf-8") for r in results])
+        makers["class_id"] = lambda: _array_tensor("class_id", np.array([int(r.class_id) for r in results],
+                                                                         dtype=np.int64))
+        makers["score"] = lambda: _array_tensor("score", np.array(
+            [float(r.top_k[0]["score"]) if r.top_k else float("nan") for r in results], dtype=np.float32))
+        ks = {len(r.top_k or ()) for r in results}
+        if len(ks) == 1 and ks.pop() > 0:
+            makers["top_k_class_ids"] = lambda: _array_tensor("top_k_class_ids", np.array(
+                [[int(t["index"]) for t in r.top_k] for r in results], dtype=np.int64))
+            makers["top_k_scores"] = lambda: _array_tensor("top_k_scores", np.array(
+                [[float(t["score"]) for t in r.top_k] for r in results], dtype=np.float32))
+    if r0.embedding is not None:
+        makers["embedding"] = lambda: _array_tensor("embedding", np.stack(
+            [np.asarray(r.embedding, dtype=np.float32) for r in results]))
+    if r0.detections is not None:
+        makers["num_detections"] = lambda: _array_tensor("num_detections", np.array(
+            [len(r.detections or ()) for r in results], dtype=np.int64))
+    for name in (r0.outputs or {}):
+        if name not in makers:
+            makers[name] = (lambda n: lambda: _array_tensor(n, _stack([np.asarray(r.outputs[n]) for r in results])))(name)
+    if "result" not in makers:
+        makers["result"] = lambda: _bytes_tensor("result", [_item_json(r) for r in results])
+    return makers
+
+
+def response_outputs(results: list, requested: list[str] | None) -> list[Tensor]:
+    makers = output_makers(results)
+    if requested is None:
+        return [make() for make in makers.values()]
+    unknown = [n for n in requested if n not in makers]
+    if unknown:
+        raise bad(f"unknown output(s) {', '.join(map(repr, unknown))}; this model has {', '.join(makers)}")
+    return [makers[n]() for n in requested]
+
+
+def io_metadata(kind: str, model_inputs: list[dict], sample_results: list | None) -> tuple[list[dict], list[dict]]:
+    """v2 metadata ``inputs`` and ``outputs`` (``-1``: any size) from the task kind and one real result."""
+    if kind == "text":
+        inputs = [{"name": "text", "datatype": BYTES, "shape": [-1]}]
+    elif kind == "image":
+        inputs = [{"name": "image", "datatype": BYTES, "shape": [-1]}]
+    else:
+        inputs = [{"name": s["name"], "datatype": _datatype_name(s["dtype"]), "shape": list(s["shape"])}
+                  for s in model_inputs]
+    outputs: list[dict[str, Any]] = []
+    if sample_results:
+        for t in response_outputs(sample_results, None):
+            outputs.append({"name": t.name, "datatype": t.datatype, "shape": [-1] + list(t.shape[1:])})
+    else:
+        outputs.append({"name": "result", "datatype": BYTES, "shape": [-1]})
+    return inputs, outputs
+
+
+def _datatype_name(dtype: Any) -> str:
+    dt = np.dtype(dtype)
+    for name, d in DATATYPES.items():
+        if np.dtype(d) == dt:
+            return name
+    return BYTES
