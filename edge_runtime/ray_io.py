@@ -1,0 +1,150 @@
+"""Parquet in and out for ``edge-infer score --engine ray`` (pyarrow, which ``ray[data]`` brings).
+
+Input: a Parquet file (or a folder of them, in name order) read a row group at a
+time; ``Record(index, id, value, error, line)`` with ``line`` the 1-based row
+number across the files, ``id`` the ``--id-field`` column (default ``id`` when
+present, else null), the value the ``--field`` column (bytes for a binary column:
+an encoded image; a list for a list column). A row whose field is null gets an
+``input_field_missing`` error row, as a JSONL record without the field does.
+
+Output: the run writes its JSONL journal (``OUT.journal.jsonl``, with local score's
+contract: job record, ``--resume``, exactly once) and, when every input has its
+line, converts it to ``OUT`` atomically (a temporary file, then rename), a row
+group per 10,000 lines. Columns: ``index`` int64, ``id`` string (a non-string id
+as its JSON text), ``line`` int64, ``ok`` bool, ``result`` string (the result
+object as JSON: results are nested and differ by task), ``error_type``,
+``error_code``, ``error_message`` strings (null on ok rows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+from . import error_codes as ec
+from .errors import InputError
+from .score_inputs import Record, RecordStream
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def is_parquet(path) -> bool:
+    p = Path(path)
+    if p.is_dir():
+        return any(f.suffix.lower() in PARQUET_SUFFIXES for f in p.iterdir())
+    return p.suffix.lower() in PARQUET_SUFFIXES
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(f for f in path.iterdir() if f.suffix.lower() in PARQUET_SUFFIXES and f.is_file())
+    return [path]
+
+
+def parquet_fingerprint(path) -> dict:
+    """``input_fingerprint``'s form for a Parquet file or folder (names, sizes, sha256)."""
+    path = Path(path)
+    h, total, files = hashlib.sha256(), 0, _files(path)
+    for f in files:
+        d = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                d.update(block)
+        size = f.stat().st_size
+        h.update(f"{f.name}\0{size}\0{d.hexdigest()}\n".encode("utf-8", "surrogateescape"))
+        total += size
+    return {"kind": "folder" if path.is_dir() else "file", "format": "parquet", "files": len(files), "bytes": total,
+            "sha256": h.hexdigest()}
+
+
+def count_parquet(path) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in _files(Path(path)))
+
+
+def _id(v):
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    return json.dumps(v, default=str)[:200]
+
+
+def _records(path: Path, field: str, id_field: str | None) -> Iterator[Record]:
+    import pyarrow.parquet as pq
+
+    index = 0
+    for f in _files(path):
+        pf = pq.ParquetFile(f)
+        names = pf.schema_arrow.names
+        if field not in names:
+            raise InputError(f"{f}: no column {field!r} (columns: {', '.join(names)[:300]})",
+                             code=ec.INPUT_FIELD_MISSING)
+        idc = id_field or ("id" if "id" in names else None)
+        if idc is not None and idc not in names:
+            raise InputError(f"{f}: no id column {idc!r}", code=ec.INPUT_FIELD_MISSING)
+        cols = [field] + ([idc] if idc and idc != field else [])
+        for batch in pf.iter_batches(columns=cols, batch_size=4096):
+            values = batch.column(field).to_pylist()
+            ids = batch.column(idc).to_pylist() if idc else [None] * len(values)
+            for v, rid in zip(values, ids):
+                if v is None:
+                    yield Record(index, _id(rid), error=InputError(f"row {index + 1} has no {field!r} value",
+                                                                   code=ec.INPUT_FIELD_MISSING), line=index + 1)
+                else:
+                    yield Record(index, _id(rid), v, line=index + 1)
+                index += 1
+
+
+def read_parquet_records(path, *, field: str, id_field: str | None = None) -> RecordStream:
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"input {path} does not exist", code=ec.INPUT_MISSING)
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise InputError("Parquet input needs pyarrow: pip install 'edge-runtime[ray]'",
+                         code=ec.DEPENDENCY_MISSING) from None
+    source = {"path": str(path), "format": "parquet", "field": field, "id_field": id_field or "id"}
+    return RecordStream(_records(path, field, id_field), source)
+
+
+def jsonl_to_parquet(journal: Path, out: Path, rows_per_group: int = 10_000) -> int:
+    """Write the JSONL ``journal`` as Parquet ``out`` (atomically); return the rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("index", pa.int64()), ("id", pa.string()), ("line", pa.int64()), ("ok", pa.bool_()),
+                        ("result", pa.string()), ("error_type", pa.string()), ("error_code", pa.string()),
+                        ("error_message", pa.string())])
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    n = 0
+    cols: dict[str, list] = {k: [] for k in schema.names}
+
+    def flush(writer):
+        writer.write_table(pa.table(cols, schema=schema))
+        for v in cols.values():
+            v.clear()
+
+    with pq.ParquetWriter(tmp, schema) as writer, open(journal, "rb") as fh:
+        for raw in fh:
+            line = json.loads(raw)
+            err = line.get("error") or {}
+            rid = line.get("id")
+            cols["index"].append(line["index"])
+            cols["id"].append(rid if rid is None or isinstance(rid, str) else json.dumps(rid))
+            cols["line"].append(line.get("line"))
+            cols["ok"].append(bool(line.get("ok")))
+            cols["result"].append(json.dumps(line["result"], ensure_ascii=False) if line.get("ok") else None)
+            cols["error_type"].append(err.get("type"))
+            cols["error_code"].append(err.get("code"))
+            cols["error_message"].append(err.get("message"))
+            n += 1
+            if len(cols["index"]) >= rows_per_group:
+                flush(writer)
+        if cols["index"] or n == 0:
+            flush(writer)
+    os.replace(tmp, out)
+    return n

@@ -1,0 +1,268 @@
+"""``edge-infer score --engine ray``: the same scoring contract as local ``score``, on Ray Data.
+
+The driver (this module, in the ``edge-infer`` process):
+
+1. loads the artifact once, as local ``score`` does: the seal and every file are
+   verified, the variant and device are chosen; the job record (``OUT.job.json``,
+   local score's form plus ``"engine": "ray"``) is made from it, then the runtime
+   is closed. Its ``manifest_sha256`` travels to the actors as the expected seal;
+2. reads the records with local score's readers (JSONL, CSV, text, an image
+   folder: ids, line numbers and typed bad records exactly as local) or a Parquet
+   file / folder (``ray_io``), skips what ``--resume`` finds already written
+   (checked as local: job record, last line's id and input line), and hands the
+   rest to Ray Data (``from_items``: index + the record as JSON; an image is its
+   path, so images, like the artifact, live on storage every node reads);
+3. runs ``map_batches(EdgeScorer, compute=ActorPoolStrategy(size=actors),
+   num_cpus=cpus_per_actor)``, ``preserve_order`` on;
+4. writes the lines itself, **in index order, each index once**: a line whose index
+   is already written (a retried task's second answer) is dropped, one that comes
+   early waits in a buffer. One write and a flush per block, fsync at most once a
+   second, so a ``kill -9`` of the driver leaves complete lines plus at most one
+   partial line, which ``--resume`` cuts. An actor killed mid-run is restarted by
+   Ray (``max_restarts=-1``) and its task retried (``max_task_retries=-1``): its
+   rows arrive once more, and are written once.
+
+Artifact distribution: a **shared path**. Every node opens ``ARTIFACT`` at the same
+path (NFS, a mounted bucket, a baked image); each actor verifies it there and a
+copy whose seal is not the driver's fails its rows (``artifact_copy_differs``)
+instead of scoring with another version.
+
+``ray.init`` happens here, inside the command: ``address=None`` starts a local Ray
+with its object store capped at 200 MB (``OBJECT_STORE_BYTES``); ``"auto"`` or
+``ray://HOST:PORT`` joins a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from . import error_codes as ec
+from .errors import EdgeRuntimeError, InputError
+from .score import Progress, Summary, _jsonable, _write_job, job_identity, job_path, prepare_output
+
+OBJECT_STORE_BYTES = 200_000_000
+
+
+def start_ray(address: str | None = None, *, num_cpus: int | None = None) -> float:
+    """Start or join Ray (not when this process already did); return the seconds it took."""
+    try:
+        import ray
+    except ImportError:
+        raise EdgeRuntimeError("--engine ray needs Ray Data: pip install 'edge-runtime[ray]'",
+                               code=ec.DEPENDENCY_MISSING) from None
+    if ray.is_initialized():
+        return 0.0
+    t0 = time.perf_counter()
+    kw: dict = {"logging_level": "WARNING", "log_to_driver": False, "configure_logging": True}
+    if address:
+        ray.init(address=address, **kw)
+    else:
+        ray.init(num_cpus=num_cpus, object_store_memory=OBJECT_STORE_BYTES, include_dashboard=False, **kw)
+    return time.perf_counter() - t0
+
+
+class OrderedWriter:
+    """Writes lines in index order from ``start``, each index once (see the module doc)."""
+
+    def __init__(self, fh, start: int, summary: Summary, *, owned: bool, progress: Progress | None = None,
+                 on_progress: Callable[[int], None] | None = None):
+        self.fh, self.next, self.summary, self.owned = fh, start, summary, owned
+        self.pending: dict[int, str] = {}
+        self.duplicates = 0
+        self.progress, self.on_progress = progress, on_progress
+        self.last_sync = time.perf_counter()
+
+    def add(self, indexes, texts) -> None:
+        out = []
+        for i, text in zip(indexes, texts):
+            i = int(i)
+            if i < self.next or i in self.pending:
+                self.duplicates += 1
+                continue
+            self.pending[i] = str(text)
+        while self.next in self.pending:
+            text = self.pending.pop(self.next)
+            line = json.loads(text)
+            self.summary.count(line)
+            self.summary.scored += 1
+            if line.get("ok"):
+                self.summary.latencies_ms.append(line["result"]["latency_ms"])
+            out.append(text)
+            self.next += 1
+        if not out:
+            return
+        self.fh.write(("\n".join(out) + "\n").encode("utf-8", "surrogateescape"))
+        self.fh.flush()
+        if self.owned and time.perf_counter() - self.last_sync >= 1.0:
+            os.fsync(self.fh.fileno())
+            self.last_sync = time.perf_counter()
+        if self.progress:
+            self.progress.update(self.summary.total, self.summary.scored)
+        if self.on_progress:
+            self.on_progress(self.summary.total)
+
+
+def _records(input_path, fmt, field, id_field, cap):
+    from .ray_io import read_parquet_records, is_parquet
+    from .score_inputs import read_records
+
+    if fmt == "parquet" or (fmt is None and Path(input_path).exists() and is_parquet(input_path)):
+        return read_parquet_records(input_path, field=field, id_field=id_field)
+    return read_records(input_path, fmt, field=field, id_field=id_field, cap=cap)
+
+
+def _count(input_path, fmt, source_fmt) -> int | None:
+    from .score_inputs import count_records
+
+    if source_fmt == "parquet":
+        from .ray_io import count_parquet
+
+        return count_parquet(input_path)
+    return count_records(input_path, fmt)
+
+
+def _todo(records, skip: int, summary: Summary, out) -> list:
+    """The records past ``skip``, after local score's check of the resumed output's last line."""
+    todo, seen = [], 0
+    for record in records:
+        seen = record.index + 1
+        if record.index < skip:
+            if record.index == skip - 1 and (_jsonable(record.id), getattr(record, "line", None)) != \
+                    (summary.last_id, summary.last_line):
+                raise InputError(f"{out} does not belong to this input: its line {skip} is id {summary.last_id!r} "
+                                 f"(input line {summary.last_line}), input {skip} is id {_jsonable(record.id)!r} "
+                                 f"(input line {record.line})", code=ec.SCORE_OUTPUT_MISMATCH)
+            continue
+        todo.append(record)
+    if seen < skip:
+        raise InputError(f"{out} does not belong to this input: it holds {skip} lines, the input only {seen} records",
+                         code=ec.SCORE_OUTPUT_MISMATCH)
+    return todo
+
+
+def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str | None = None,
+              id_field: str | None = None, batch_size: int = 32, actors: int = 2, cpus_per_actor: float = 1,
+              address: str | None = None, device: str = "auto", strict: bool = False,
+              device_options: dict | None = None, deadline_ms: int | None = None, resume: bool = False,
+              force: bool = False, progress: Progress | None = None, stream=None, verify: bool = True,
+              num_cpus: int | None = None, on_progress: Callable[[int], None] | None = None) -> tuple[Summary, dict]:
+    """Score ``input_path`` into ``out`` (JSONL, ``.parquet``, or ``"-"``) on Ray; return (summary, info).
+    ``on_progress(lines_done)`` is called after each write (tests use it to kill an actor mid-run)."""
+    from .runtime import load
+
+    to_stream = str(out) == "-"
+    if resume and force:
+        raise InputError("--resume and --force exclude each other: --resume continues the output, --force "
+                         "starts it over", code=ec.SCORE_OPTIONS_CONFLICT)
+    if resume and to_stream:
+        raise InputError("--resume needs an output file: '-' (stdout) cannot be resumed",
+                         code=ec.SCORE_OPTIONS_CONFLICT)
+    if batch_size < 1 or actors < 1 or cpus_per_actor <= 0:
+        raise InputError("--batch-size and --actors must be at least 1, --cpus-per-actor above 0",
+                         code=ec.INPUT_INVALID)
+    with load(artifact, device=device, strict=strict, device_options=device_options, warmup=False) as rt:
+        cap = 4 * rt.limits.max_request_bytes + 65536
+        field = field or type(rt.task).score_field
+        batch_size = min(batch_size, rt.limits.max_batch_items)
+        records = _records(input_path, fmt, field, id_field, cap)
+        source = dict(records.source)
+        job = None
+        if not to_stream:
+            if source["format"] == "parquet":
+                from .ray_io import parquet_fingerprint
+
+                job = job_identity(rt, None, deadline_ms=deadline_ms)
+                job["input"] = {"path": str(Path(input_path).resolve()), "format": "parquet", "field": field,
+                                "id_field": source["id_field"], **{k: v for k, v in parquet_fingerprint(
+                                    input_path).items() if k != "format"}}
+            else:
+                job = job_identity(rt, source, deadline_ms=deadline_ms)
+            job["engine"] = "ray"
+        seal = rt.artifact.manifest.get("manifest_sha256")
+        actor_device, target = rt.device, rt.variant["target"]
+        info = {"device": rt.device, "target": target, "engine": "ray", "actors": actors,
+                "cpus_per_actor": cpus_per_actor, "address": address or "local"}
+    summary = Summary(batch_size=batch_size)
+    parquet_out = not to_stream and Path(out).suffix.lower() in (".parquet", ".pq")
+    final = Path(out) if not to_stream else None
+    journal = final.with_name(final.name + ".journal.jsonl") if parquet_out and final else final
+    skip = 0
+    if journal is not None:
+        if parquet_out and final is not None and final.exists() and not resume:
+            if not force:
+                raise InputError(f"{final} exists: pass --resume to continue it or --force to overwrite",
+                                 code=ec.SCORE_OUTPUT_EXISTS)
+            final.unlink()
+        skip = prepare_output(journal, resume, force, summary, job)
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        if skip == 0 and job is not None:
+            _write_job(job_path(journal), job)
+    todo = _todo(records, skip, summary, out)
+    if progress is not None and progress.total is None:
+        progress.total = _count(input_path, fmt, source["format"])
+    info["ray_init_s"] = 0.0
+    if to_stream:
+        import sys
+
+        fh = stream if stream is not None else sys.stdout.buffer
+    else:
+        assert journal is not None
+        fh = open(journal, "ab")
+    writer = OrderedWriter(fh, skip, summary, owned=not to_stream, progress=progress, on_progress=on_progress)
+    t0 = time.perf_counter()
+    try:
+        if todo:
+            info["ray_init_s"] = round(start_ray(address, num_cpus=num_cpus), 3)
+            t0 = time.perf_counter()
+            first = _run(todo, writer, artifact=str(Path(artifact).resolve()), seal=seal, device=actor_device,
+                         target=target, strict=strict, device_options=device_options, deadline_ms=deadline_ms,
+                         batch_size=batch_size, actors=actors, cpus_per_actor=cpus_per_actor, verify=verify)
+            info["first_rows_s"] = None if first is None else round(first - t0, 3)
+        if not to_stream:
+            os.fsync(fh.fileno())
+    finally:
+        if not to_stream:
+            fh.close()
+    summary.wall_s = time.perf_counter() - t0
+    info["duplicates_dropped"] = writer.duplicates
+    if writer.next != skip + len(todo):
+        raise EdgeRuntimeError(f"Ray returned {writer.next - skip} of {len(todo)} inputs: the output stops at "
+                               f"index {writer.next}; run again with --resume", code=ec.UNEXPECTED)
+    if progress:
+        progress.update(summary.total, summary.scored, final=True)
+    if parquet_out and final is not None and journal is not None:
+        from .ray_io import jsonl_to_parquet
+
+        jsonl_to_parquet(journal, final)
+        info["journal"] = str(journal)
+    return summary, info
+
+
+def _run(todo, writer: OrderedWriter, *, artifact, seal, device, target, strict, device_options, deadline_ms,
+         batch_size, actors, cpus_per_actor, verify) -> float | None:
+    import ray
+
+    from .ray import EdgeScorer, to_rows
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    rows = to_rows(todo)
+    per_block = max(batch_size, min(4 * batch_size, -(-len(rows) // (4 * actors))))
+    ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // per_block)))
+    ds = ds.map_batches(EdgeScorer, fn_constructor_kwargs={
+        "artifact": artifact, "expect_seal": seal, "device": device, "target": target, "strict": strict,
+        "device_options": device_options, "deadline_ms": deadline_ms, "verify": verify},
+        compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor, batch_size=batch_size,
+        batch_format="numpy")
+    first = None
+    for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+        if first is None:
+            first = time.perf_counter()
+        writer.add(batch["index"], batch["text"])
+    return first
