@@ -484,6 +484,12 @@ main.add_command(eval_cmd)
 from .cli_verify import tune, verify  # noqa: E402
 main.add_command(verify)
 main.add_command(tune)
+from .cli_shadow import diff_cmd, shadow_cmd  # noqa: E402
+main.add_command(diff_cmd)
+main.add_command(shadow_cmd)
+
+from .cli_serve import serve  # noqa: E402
+main.add_command(serve)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,200 @@
+"""``edge-infer diff A B``: every difference between two artifacts' sealed manifests.
+
+An inference version is a full-stack snapshot (the manifest pins it), so two
+versions differ exactly where their manifests do. Each difference is a leaf
+path of the manifest (``variants[onnx-int8].quantization.recipe``) with both
+values, grouped in the seed's terms:
+
+- **identity**: model name and version, task, format version;
+- **prediction** (the math): every file's sha256 (weights, tokenizer, labels,
+  probe set), the source model, pre- and post-processing field by field, the
+  quantization (recipe, excluded nodes, calibration fingerprint, a tensor's
+  input/output scale and zero point), the recipe trials, the parity figures,
+  the probe set;
+- **inference** (where and how it runs): limits, which variants (targets)
+  exist, their static buckets (names, shapes, dtypes), recorded runtime
+  options, toolchain versions, the build host;
+- **timings**: figures that change on every build (``created``, ``seconds``,
+  ``device_ms_median``, ``runtime.why``'s measured ms): listed, never counted.
+
+Variants are matched by target, buckets and tensors by name, files by path;
+a list of names (``nodes_to_exclude``) shows what was added and removed.
+``same`` is true when no identity, prediction or inference field differs
+(``edge-infer diff`` exits 0, else 1). Both artifacts are verified first (a
+corrupt one is an ``ArtifactError``, exit 3): a diff of what the manifest says
+is only worth something if the files are what it says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+IDENTITY, PREDICTION, INFERENCE, TIMING = "identity", "prediction", "inference", "timing"
+SIDES = (IDENTITY, PREDICTION, INFERENCE)
+SIDE_TITLES = {IDENTITY: "identity (model, version, task)",
+               PREDICTION: "prediction side (the math: weights, pre/post-processing, quantization, parity)",
+               INFERENCE: "inference side (device, runtime, limits, buckets, toolchain, build host)",
+               TIMING: "timings (build-host measurements that change on every build; not counted)"}
+TIMING_KEYS = ("created", "seconds", "device_ms_median", "device_ms")
+_MISSING = object()
+_KEYED_LISTS = {"variants": "target", "buckets": "name", "inputs": "name", "outputs": "name"}
+
+
+@dataclass(frozen=True)
+class Difference:
+    path: str
+    side: str
+    a: Any          # None with ``change`` "added"
+    b: Any          # None with ``change`` "removed"
+    change: str     # "changed", "added" (only in B), "removed" (only in A)
+    added: tuple = ()     # for lists of names: what B has and A not
+    removed: tuple = ()   # ... and what A has and B not
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["added"], d["removed"] = list(self.added), list(self.removed)
+        return d
+
+
+def side_of(path: str) -> str:
+    """Which side a manifest leaf belongs to (see the module doc)."""
+    parts = path.replace("]", "").replace("[", ".").split(".")
+    last = parts[-1]
+    if last in TIMING_KEYS or path.endswith(".runtime.why"):
+        return TIMING
+    top = parts[0]
+    if path in ("model.name", "model.version", "task", "format", "format_version"):
+        return IDENTITY
+    if top in ("files", "preprocess", "postprocess", "probe") or path.startswith("model."):
+        return PREDICTION
+    if top == "variants":
+        if ".quantization" in path or ".parity" in path or ".recipe_trials" in path:
+            return PREDICTION
+        return INFERENCE
+    return INFERENCE        # limits, build (host), anything new: where and how it runs
+
+
+def _is_keyed(items: Any, key: str) -> bool:
+    return isinstance(items, list) and all(isinstance(x, Mapping) and key in x for x in items)
+
+
+def _scalars(items: Any) -> bool:
+    return isinstance(items, list) and all(isinstance(x, (str, int, float, bool)) or x is None for x in items)
+
+
+def _walk(a: Any, b: Any, path: str, parent_key: str) -> Iterator[Difference]:
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for k in list(a) + [k for k in b if k not in a]:
+            name = str(k)
+            sub = (f'{path}["{name}"]' if any(c in name for c in './[]"') else
+                   f"{path}.{name}" if path else name)
+            yield from _walk(a.get(k, _MISSING), b.get(k, _MISSING), sub, str(k))
+        return
+    key = _KEYED_LISTS.get(parent_key)
+    if key and _is_keyed(a, key) and _is_keyed(b, key):
+        am = {str(x[key]): x for x in a}
+        bm = {str(x[key]): x for x in b}
+        for name in list(am) + [n for n in bm if n not in am]:
+            yield from _walk(am.get(name, _MISSING), bm.get(name, _MISSING), f"{path}[{name}]", "")
+        if [n for n in am if n in bm] != [n for n in bm if n in am]:
+            yield Difference(f"{path}.order", side_of(path), list(am), list(bm), "changed")
+        return
+    if (isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and a and
+            all(isinstance(x, Mapping) for x in a + b)):
+        for i, (x, y) in enumerate(zip(a, b)):
+            yield from _walk(x, y, f"{path}[{i}]", "")
+        return
+    if a is _MISSING and b is _MISSING or a == b:
+        return
+    side = side_of(path)
+    if a is _MISSING:
+        yield Difference(path, side, None, _plain(b), "added")
+    elif b is _MISSING:
+        yield Difference(path, side, _plain(a), None, "removed")
+    elif _scalars(a) and _scalars(b) and all(isinstance(x, str) for x in a + b):
+        yield Difference(path, side, _plain(a), _plain(b), "changed",
+                         added=tuple(x for x in b if x not in a), removed=tuple(x for x in a if x not in b))
+    else:
+        yield Difference(path, side, _plain(a), _plain(b), "changed")
+
+
+def _plain(value: Any) -> Any:
+    """Plain JSON values (the manifest's read-only records are dict/list subclasses)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def diff_manifests(a: Mapping, b: Mapping) -> list[Difference]:
+    """Every leaf where manifest ``a`` and ``b`` differ (the seal itself excluded)."""
+    strip = ("manifest_sha256",)
+    return list(_walk({k: v for k, v in a.items() if k not in strip}, {k: v for k, v in b.items() if k not in strip},
+                      "", ""))
+
+
+def _head(art) -> dict:
+    m = art.manifest
+    return {"path": str(Path(art.root).resolve()), "model": m.name, "version": m.version, "task": m.task,
+            "manifest_sha256": m.get("manifest_sha256"), "targets": [v.target for v in m.variants]}
+
+
+def diff_artifacts(path_a, path_b, *, verify: bool = True) -> dict:
+    """The report ``edge-infer diff`` prints: ``{"a", "b", "same", "counts", "differences"}``,
+    each difference ``{"path", "side", "a", "b", "change", "added", "removed"}``."""
+    from .artifact import load_artifact
+
+    art_a, art_b = load_artifact(path_a, verify=verify), load_artifact(path_b, verify=verify)
+    diffs = diff_manifests(art_a.manifest, art_b.manifest)
+    counts = {s: sum(d.side == s for d in diffs) for s in (*SIDES, TIMING)}
+    return {"a": _head(art_a), "b": _head(art_b), "same": not any(counts[s] for s in SIDES),
+            "counts": counts, "differences": [d.to_dict() for d in diffs]}
+
+
+def _short(value: Any, width: int = 70) -> str:
+    import json
+
+    if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):
+        return value[:12] + "…"
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def render_text(report: dict, *, timings: bool = True) -> str:
+    """The human report: both heads, the verdict, then each side's differences."""
+    lines = []
+    for tag in ("a", "b"):
+        h = report[tag]
+        lines.append(f"{tag.upper()}: {h['path']}  {h['model']} v{h['version']} ({h['task']}; "
+                     f"{', '.join(h['targets'])}), seal {str(h['manifest_sha256'])[:12]}…")
+    c = report["counts"]
+    if report["same"]:
+        lines.append("same: no difference in identity, prediction or inference"
+                     + (f" ({c[TIMING]} build timings differ, not counted)" if c[TIMING] else ""))
+    else:
+        lines.append(f"different: {c[IDENTITY]} identity, {c[PREDICTION]} prediction, {c[INFERENCE]} inference "
+                     f"({c[TIMING]} build timings, not counted)")
+    for side in (*SIDES, TIMING):
+        rows = [d for d in report["differences"] if d["side"] == side]
+        if not rows or (side == TIMING and not timings):
+            continue
+        lines.append("")
+        lines.append(SIDE_TITLES[side] + ":")
+        for d in rows:
+            if d["change"] == "added":
+                lines.append(f"  + {d['path']}: {_short(d['b'])} (only in B)")
+            elif d["change"] == "removed":
+                lines.append(f"  - {d['path']}: {_short(d['a'])} (only in A)")
+            elif d["added"] or d["removed"]:
+                parts = ([f"+{len(d['added'])} {_short(d['added'], 50)}"] if d["added"] else []) + \
+                        ([f"-{len(d['removed'])} {_short(d['removed'], 50)}"] if d["removed"] else [])
+                lines.append(f"  ~ {d['path']}: {'; '.join(parts)}")
+            else:
+                lines.append(f"  ~ {d['path']}: {_short(d['a'])} -> {_short(d['b'])}")
+    return "\n".join(lines)
+
+
+__all__ = ["Difference", "diff_manifests", "diff_artifacts", "render_text", "side_of", "SIDES"]

@@ -1,0 +1,158 @@
+"""Per-task comparison of two results of the same input (``edge-infer shadow``).
+
+``compare(task, a, b, agree_at)`` takes the two results as ``InferenceResult.to_dict()``
+(full, before any summarising) and returns the task's own figures, always with:
+
+- ``agree`` (bool): do the two sides give the same answer;
+- ``badness`` (float): the ranking key of the summary's worst items (higher is worse).
+
+Per task family:
+
+- **classifiers** (``class_id``/``top_k``): ``top1_match``; ``margin``: B's probability of
+  A's top-1 class minus B's best other class (> 0: B keeps A's answer, by that much;
+  < 0: B flips, by that much; from B's top-k, a class outside it counts as 0 and
+  ``margin_bound`` says the figure is an upper bound); ``score_diff``: |A's probability
+  of its top-1 − B's probability of the same class|. ``badness`` = −margin.
+- **embeddings**: ``cosine``; agree when ≥ ``agree_at`` (default 0.99, the convert budget).
+- **detections**: ``f1`` of B's detections against A's (matched by class at IoU ≥ 0.5,
+  the parity layer's matching: ``models.object_detection.detection_parity``), ``mean_iou``
+  of the matched pairs, both counts; agree when F1 ≥ ``agree_at`` (default 0.9).
+- **segmentation** (a ``mask`` output): ``pixel_agreement``; agree when ≥ ``agree_at`` (0.97).
+- **tensors** (``outputs``): ``cosine`` of all outputs flattened; agree when ≥ ``agree_at`` (0.99).
+- **keypoints**: ``pck``: the share of keypoints within 5% of the largest coordinate span of A's;
+  agree when ≥ ``agree_at`` (0.95).
+- anything else: ``agree`` when the predictions are equal.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+DEFAULT_AGREE_AT = {"embedding": 0.99, "detection": 0.9, "segmentation": 0.97, "tensors": 0.99, "keypoints": 0.95}
+
+
+def kind_of(result: dict) -> str:
+    """Which comparison a result takes (the task family, from what the result carries)."""
+    if result.get("detections") is not None:
+        return "detection"
+    if result.get("keypoints") is not None:
+        return "keypoints"
+    if result.get("class_id") is not None or result.get("top_k"):
+        return "classification"
+    if result.get("embedding") is not None:
+        return "embedding"
+    outs = result.get("outputs") or {}
+    if "mask" in outs:
+        return "segmentation"
+    if outs:
+        return "tensors"
+    return "other"
+
+
+def _probs(result: dict) -> dict[int, float]:
+    return {int(t["index"]): float(t["score"]) for t in result.get("top_k") or []}
+
+
+def compare_classification(a: dict, b: dict) -> dict:
+    ca, cb = a.get("class_id"), b.get("class_id")
+    match = ca == cb if ca is not None and cb is not None else a.get("prediction") == b.get("prediction")
+    pa, pb = _probs(a), _probs(b)
+    bound = ca not in pb
+    p_b_of_a = pb.get(ca, 0.0) if ca is not None else 0.0
+    others = [p for i, p in pb.items() if i != ca]
+    margin = p_b_of_a - (max(others) if others else 0.0)
+    top_a = pa.get(ca, 0.0) if ca is not None else 0.0
+    return {"kind": "classification", "agree": bool(match), "top1_match": bool(match),
+            "margin": round(margin, 6), "margin_bound": bound, "score_a": round(top_a, 6),
+            "score_b": round(pb.get(cb, 0.0) if cb is not None else 0.0, 6),
+            "score_diff": round(abs(top_a - p_b_of_a), 6), "badness": round(-margin, 6)}
+
+
+def _cosine(x: np.ndarray, y: np.ndarray) -> float:
+    x, y = x.astype(np.float64).ravel(), y.astype(np.float64).ravel()
+    if x.shape != y.shape:
+        return 0.0
+    return float(x @ y / max(np.linalg.norm(x) * np.linalg.norm(y), 1e-12))
+
+
+def compare_embedding(a: dict, b: dict, agree_at: float) -> dict:
+    cos = _cosine(np.asarray(a["embedding"]), np.asarray(b["embedding"]))
+    return {"kind": "embedding", "agree": cos >= agree_at, "cosine": round(cos, 6), "agree_at": agree_at,
+            "badness": round(1.0 - cos, 6)}
+
+
+def compare_detection(a: dict, b: dict, agree_at: float) -> dict:
+    from edge_runtime.models.object_detection import detection_parity
+
+    ref = SimpleNamespace(detections=a.get("detections") or [], near_detections=None)
+    cand = SimpleNamespace(detections=b.get("detections") or [], near_detections=None)
+    r = detection_parity([ref], [cand])    # type: ignore[list-item]  (it reads .detections only)
+    f1 = float(r["value"])
+    miou = r.get("mean_iou")
+    return {"kind": "detection", "agree": f1 >= agree_at, "f1": round(f1, 6), "mean_iou": miou,
+            "detections_a": len(ref.detections), "detections_b": len(cand.detections), "matched": r["matched"],
+            "agree_at": agree_at, "badness": round(1.0 - f1 + (0.0 if miou is None else (1.0 - miou) / 10), 6)}
+
+
+def _array(out: Any) -> np.ndarray:
+    return np.asarray(out["data"] if isinstance(out, dict) and "data" in out else out)
+
+
+def compare_segmentation(a: dict, b: dict, agree_at: float) -> dict:
+    ma, mb = _array(a["outputs"]["mask"]), _array(b["outputs"]["mask"])
+    share = float(np.mean(ma == mb)) if ma.shape == mb.shape and ma.size else 0.0
+    return {"kind": "segmentation", "agree": share >= agree_at, "pixel_agreement": round(share, 6),
+            "agree_at": agree_at, "badness": round(1.0 - share, 6)}
+
+
+def compare_tensors(a: dict, b: dict, agree_at: float) -> dict:
+    oa, ob = a.get("outputs") or {}, b.get("outputs") or {}
+    if sorted(oa) != sorted(ob):
+        cos = 0.0
+    else:
+        cos = _cosine(np.concatenate([_array(oa[k]).astype(np.float64).ravel() for k in sorted(oa)]),
+                      np.concatenate([_array(ob[k]).astype(np.float64).ravel() for k in sorted(ob)]))
+    return {"kind": "tensors", "agree": cos >= agree_at, "cosine": round(cos, 6), "agree_at": agree_at,
+            "badness": round(1.0 - cos, 6)}
+
+
+def compare_keypoints(a: dict, b: dict, agree_at: float) -> dict:
+    ka, kb = a.get("keypoints") or [], b.get("keypoints") or []
+    if not ka or len(ka) != len(kb):
+        pck = 1.0 if not ka and not kb else 0.0
+    else:
+        pa = np.array([[k["x"], k["y"]] for k in ka], dtype=float)
+        pb = np.array([[k["x"], k["y"]] for k in kb], dtype=float)
+        span = float(np.max(pa.max(0) - pa.min(0))) or 1.0
+        pck = float(np.mean(np.linalg.norm(pa - pb, axis=1) <= 0.05 * span))
+    return {"kind": "keypoints", "agree": pck >= agree_at, "pck": round(pck, 6), "agree_at": agree_at,
+            "badness": round(1.0 - pck, 6)}
+
+
+def compare(a: dict, b: dict, agree_at: float | None = None) -> dict:
+    """The task's comparison of two results of one input (see the module doc)."""
+    kind = kind_of(a)
+
+    def at() -> float:
+        return DEFAULT_AGREE_AT.get(kind, 1.0) if agree_at is None else float(agree_at)
+
+    if kind == "classification":
+        return compare_classification(a, b)
+    if kind == "embedding" and b.get("embedding") is not None:
+        return compare_embedding(a, b, at())
+    if kind == "detection":
+        return compare_detection(a, b, at())
+    if kind == "segmentation" and "mask" in (b.get("outputs") or {}):
+        return compare_segmentation(a, b, at())
+    if kind == "tensors":
+        return compare_tensors(a, b, at())
+    if kind == "keypoints":
+        return compare_keypoints(a, b, at())
+    same = a.get("prediction") == b.get("prediction")
+    return {"kind": "other", "agree": same, "badness": 0.0 if same else 1.0}
+
+
+__all__ = ["compare", "kind_of", "DEFAULT_AGREE_AT"]
