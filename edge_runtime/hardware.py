@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import records
-from .hardware_cpu import darwin_cpu, darwin_sysctl, linux_cpu
+from .hardware_cpu import darwin_cpu, darwin_sysctl, linux_cpu, read_auxv
 from .hardware_packages import BACKEND_PACKAGES, onnxruntime_build, packages_present, vendor_libraries
 
 __all__ = ["detect", "detect_cached", "has_nvidia_gpu", "packages_present", "BACKEND_PACKAGES"]
@@ -72,7 +72,7 @@ def _no_sysctl(name: str):
 def _cpu(p: Probe) -> dict:
     if p.system == "Darwin":
         return darwin_cpu(p.sysctl, p.machine)
-    return linux_cpu(p.read("proc/cpuinfo"), p.machine)
+    return linux_cpu(p.read("proc/cpuinfo"), p.machine, read_auxv(p.root))   # auxv: the HWCAPs of this process
 
 
 def _apple_silicon(p: Probe) -> bool:

@@ -1,7 +1,12 @@
 """CPU vendor, model, cores and int8-relevant ISA features, as the OS reports them.
 
 Linux: ``/proc/cpuinfo`` (x86 ``flags``, ARM ``Features`` and the
-implementer/part codes). macOS: ``sysctl`` values (``machdep.cpu.brand_string``,
+implementer/part codes); on AArch64 the process's own HWCAPs from
+``/proc/self/auxv`` win for the ISA features. Under user-mode emulation
+(qemu-user running an arm64 userland on an x86 kernel) ``/proc/cpuinfo``
+describes the host's CPU, not this process's: the record then says so
+(``emulated``, ``note``), names no model or vendor, and takes the features
+from the HWCAPs qemu gives the process. macOS: ``sysctl`` values (``machdep.cpu.brand_string``,
 ``hw.optional.*``), read through an injectable lookup so tests need no Mac.
 Nothing here imports an ML framework or starts a process.
 """
@@ -33,11 +38,48 @@ ARM_PARTS = {"0xd03": "Cortex-A53", "0xd04": "Cortex-A35", "0xd05": "Cortex-A55"
              "0xd42": "Cortex-A78AE", "0xd4f": "Neoverse-V2", "0x004": "Carmel"}
 
 
+# AArch64 HWCAP bits (linux arch/arm64/include/uapi/asm/hwcap.h) -> our names
+ARM64_HWCAP = {1: "neon", 20: "dotprod", 22: "sve"}              # ASIMD, ASIMDDP, SVE
+ARM64_HWCAP2 = {1: "sve2", 13: "i8mm", 14: "bf16"}
+AT_HWCAP, AT_HWCAP2 = 16, 26
+ARM_MACHINES = ("aarch64", "arm64")
+X86_MACHINES = ("x86_64", "amd64", "i386", "i686")
+
+
+def read_auxv(root) -> bytes:
+    """This process's auxiliary vector (``/proc/self/auxv`` under ``root``), or b"" when absent."""
+    try:
+        with open(os.path.join(os.fspath(root), "proc", "self", "auxv"), "rb") as fh:
+            return fh.read(8192)
+    except OSError:
+        return b""
+
+
+def auxv_hwcaps(raw: bytes) -> tuple[int, int] | None:
+    """(AT_HWCAP, AT_HWCAP2) from a 64-bit little-endian auxv; None without AT_HWCAP."""
+    import struct
+
+    found: dict[int, int] = {}
+    for i in range(0, len(raw) - 15, 16):
+        key, value = struct.unpack_from("<QQ", raw, i)
+        if key == 0:
+            break
+        found[key] = value
+    if AT_HWCAP not in found:
+        return None
+    return found[AT_HWCAP], found.get(AT_HWCAP2, 0)
+
+
+def arm64_features(hwcap: int, hwcap2: int) -> set[str]:
+    return ({name for bit, name in ARM64_HWCAP.items() if hwcap >> bit & 1}
+            | {name for bit, name in ARM64_HWCAP2.items() if hwcap2 >> bit & 1} | {"neon"})
+
+
 def _features(found: set[str]) -> list[str]:
     return [f for f in FEATURE_ORDER if f in found]
 
 
-def linux_cpu(cpuinfo: str, machine: str) -> dict:
+def linux_cpu(cpuinfo: str, machine: str, auxv: bytes = b"") -> dict:
     fields: dict[str, str] = {}
     flags: set[str] = set()
     processors = 0
@@ -52,9 +94,23 @@ def linux_cpu(cpuinfo: str, machine: str) -> dict:
             flags = set(value.split())
         else:
             fields.setdefault(key, value)
-    found = {LINUX_FLAGS[f] for f in flags if f in LINUX_FLAGS}
-    if machine in ("aarch64", "arm64"):
+    # which architecture /proc/cpuinfo describes: the kernel's, which is not this process's under emulation
+    described = "x86" if "vendor_id" in fields else "arm" if "CPU implementer" in fields else None
+    foreign = ((machine in ARM_MACHINES and described == "x86")
+               or (machine in X86_MACHINES and described == "arm"))
+    found = set() if foreign else {LINUX_FLAGS[f] for f in flags if f in LINUX_FLAGS}
+    hwcaps = auxv_hwcaps(auxv) if machine in ARM_MACHINES else None
+    if hwcaps is not None:
+        found = arm64_features(*hwcaps)     # what is true for this process (qemu: the emulated CPU's)
+    if machine in ARM_MACHINES:
         found.add("neon")       # Advanced SIMD is mandatory on AArch64
+    if foreign:
+        rec = _record("", "", processors or os.cpu_count() or 1, found)
+        rec["emulated"] = True
+        rec["note"] = (f"/proc/cpuinfo describes an {described} CPU, not this {machine} process (user-mode "
+                       "emulation such as qemu-user): CPU model unknown; features from "
+                       + ("the process's HWCAPs" if hwcaps is not None else "nothing readable"))
+        return rec
     vendor = fields.get("vendor_id") or ARM_IMPLEMENTERS.get(fields.get("CPU implementer", "").lower(), "")
     model = fields.get("model name") or ""
     if not model and fields.get("CPU part"):
