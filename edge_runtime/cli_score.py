@@ -21,8 +21,8 @@ from .errors import InputError
 @click.option("-o", "--output", "output", required=True, type=click.Path(allow_dash=True),
               help="Output JSONL, one line per input; '-' writes the lines to stdout (the summary then goes to "
                    "stderr). A job record OUTPUT.job.json is written beside a file before its first line.")
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "text", "images"]),
-              help="Input format (default: from the suffix; a folder is images).")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "text", "images", "parquet"]),
+              help="Input format (default: from the suffix; a folder is images). parquet: --engine ray only.")
 @click.option("--field", help="JSONL field / CSV column holding the input (default: text, image or inputs by task).")
 @click.option("--id-field", help="JSONL field / CSV column holding the record id (default: id). A record without "
                                  "one gets id null; every line carries its input line number in 'line'.")
@@ -37,9 +37,18 @@ from .errors import InputError
 @click.option("--deadline-ms", type=int, help="Per-input deadline.")
 @click.option("--quiet", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (stdout; stderr with -o -).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: this process. ray: actors on Ray Data (pip install 'edge-runtime[ray]'); the artifact "
+                   "and image inputs must be at the same path on every node.")
+@click.option("--address", help="--engine ray: 'auto' (the cluster this machine belongs to) or ray://HOST:PORT "
+                                "(default: start a local Ray, object store capped at 200 MB).")
+@click.option("--actors", type=int, default=2, show_default=True, help="--engine ray: scoring actors.")
+@click.option("--cpus-per-actor", type=float, default=1, show_default=True,
+              help="--engine ray: CPUs per actor; the backend's threads are sized to it.")
 @_guard
 def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, concurrency, resume, force,
-              max_error_rate, device, require_device, device_option, deadline_ms, quiet, as_json):
+              max_error_rate, device, require_device, device_option, deadline_ms, quiet, as_json,
+              engine, address, actors, cpus_per_actor):
     """Score every input of INPUT with ARTIFACT into a JSONL file (exactly one line per input, in order).
 
     Each line: {"index", "id", "line", "ok": true, "result"} or {"index", "id", "line", "ok": false,
@@ -67,7 +76,7 @@ def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, co
     5 timeout, 6 runtime). An empty input: 2 (score_input_empty).
     """
     from .runtime import load
-    from .score import Progress, job_identity, score, verdict
+    from .score import Progress, job_identity, score
     from .score_inputs import count_records, read_records
 
     to_stdout = output == "-"
@@ -77,6 +86,22 @@ def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, co
     if resume and to_stdout:
         raise InputError("--resume needs an output file: '-' (stdout) cannot be resumed",
                          code=ec.SCORE_OPTIONS_CONFLICT)
+    if engine == "ray":
+        from .score_ray import score_ray
+
+        progress = Progress(None, sys.stderr, enabled=not quiet)
+        summary, info = score_ray(artifact, input_path, "-" if to_stdout else Path(output), fmt=fmt, field=field,
+                                  id_field=id_field, batch_size=batch_size, actors=actors,
+                                  cpus_per_actor=cpus_per_actor, address=address, device=device,
+                                  strict=require_device, device_options=device_options(device_option),
+                                  deadline_ms=deadline_ms, resume=resume, force=force, progress=progress,
+                                  stream=sys.stdout.buffer if to_stdout else None)
+        data = dict(summary.to_dict(), device=info["device"], target=info["target"], output=str(output),
+                    ray=info)
+        _finish(data, summary, max_error_rate, to_stdout, as_json)
+        return
+    if fmt == "parquet":
+        raise InputError("--format parquet needs --engine ray", code=ec.INPUT_INVALID)
     with load(artifact, device=device, strict=require_device, device_options=device_options(device_option)) as rt:
         cap = 4 * rt.limits.max_request_bytes + 65536       # a JSON line may escape its text
         records = read_records(input_path, fmt, field=field or type(rt.task).score_field,
@@ -88,6 +113,13 @@ def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, co
                         progress=progress, job=job,
                         stream=sys.stdout.buffer if to_stdout else None)
         data = dict(summary.to_dict(), device=rt.device, target=rt.variant["target"], output=str(output))
+    _finish(data, summary, max_error_rate, to_stdout, as_json)
+
+
+def _finish(data: dict, summary, max_error_rate, to_stdout: bool, as_json: bool) -> None:
+    """Print the summary (human or --json) and exit with the run's verdict."""
+    from .score import verdict
+
     problem = verdict(summary, max_error_rate)
     data["error"] = None if problem is None else error_json(problem)
     echo = functools.partial(click.echo, err=to_stdout)
@@ -126,6 +158,11 @@ def _human(data: dict, echo) -> None:
     per = f", {data['wall_ms_per_input']:.3f} ms wall per input" if data["wall_ms_per_input"] is not None else ""
     echo(f"scored {data['scored']} in {data['wall_s']:.2f} s ({rate}{per}) on {data['device']} ({data['target']}) "
          f"-> {dest}")
+    ray = data.get("ray")
+    if ray:
+        echo(f"ray: {ray['actors']} actors x {ray['cpus_per_actor']:g} CPU on {ray['address']}; start-up "
+             f"{ray['ray_init_s']:.2f} s (not in the wall time), first lines after {ray.get('first_rows_s')} s "
+             f"(actor load + verify + warm-up); {ray['duplicates_dropped']} retried lines dropped")
     lat = data["latency_ms"]
     if lat["p50"] is None:
         echo("batch latency: none (no input of this run succeeded)")

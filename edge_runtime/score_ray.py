@@ -35,6 +35,7 @@ with its object store capped at 200 MB (``OBJECT_STORE_BYTES``); ``"auto"`` or
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -218,6 +219,8 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
         if todo:
             info["ray_init_s"] = round(start_ray(address, num_cpus=num_cpus), 3)
             t0 = time.perf_counter()
+            if progress is not None:
+                progress.t0 = t0          # the rate counts from Ray's start: actor start-up included
             first = _run(todo, writer, artifact=str(Path(artifact).resolve()), seal=seal, device=actor_device,
                          target=target, strict=strict, device_options=device_options, deadline_ms=deadline_ms,
                          batch_size=batch_size, actors=actors, cpus_per_actor=cpus_per_actor, verify=verify)
@@ -248,6 +251,7 @@ def _run(todo, writer: OrderedWriter, *, artifact, seal, device, target, strict,
 
     from .ray import EdgeScorer, to_rows
 
+    logging.getLogger("ray.data").setLevel(logging.WARNING)     # no per-dataset INFO lines on stderr
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = False
