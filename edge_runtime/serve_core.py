@@ -136,6 +136,8 @@ class ServeCore:
         self._batches = 0
         self._batched_requests = 0
         self._received_bytes = 0
+        self.accepted = 0                          # requests that reached infer()
+        self.answered = 0                          # ... and got a response or a ServeError back
         self.load_s: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -237,6 +239,17 @@ class ServeCore:
 
     # -- inference ---------------------------------------------------------------------------
     async def infer(self, req: InferRequest) -> InferResponse:
+        """The response to ``req``, or a ``ServeError`` (every refusal and failure)."""
+        self.accepted += 1
+        try:
+            resp = await self._infer(req)
+        except ServeError:
+            self.answered += 1
+            raise
+        self.answered += 1
+        return resp
+
+    async def _infer(self, req: InferRequest) -> InferResponse:
         t0 = time.perf_counter()
         name = ""                 # a metrics label: only a model we serve, never a name a client made up
         self._received_bytes += int(req.received_bytes or 0)
@@ -370,7 +383,7 @@ class ServeCore:
             "latency_ms": round((time.perf_counter() - t0) * 1000, 3),
         }
         return InferResponse(m.name, m.version, response_outputs(results, req.outputs),
-                             id=req.id or uuid.uuid4().hex, parameters=params)
+                             id=req.id, parameters=params)
 
     # -- metrics -----------------------------------------------------------------------------
     def count_rejection(self, reason: str) -> None:

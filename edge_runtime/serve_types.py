@@ -89,6 +89,7 @@ HTTP_STATUS: Final[dict[str, int]] = {
     "bad_request": 400,      # InputError, malformed request
     "unauthorized": 401,     # missing or wrong bearer token
     "not_found": 404,        # unknown model or version
+    "request_timeout": 408,  # the body did not arrive within the read timeout (slow drip)
     "too_large": 413,        # body over the cap
     "overloaded": 429,       # in-flight and queue bounds full
     "internal": 500,         # ours: InferenceRuntimeError, anything unexpected
@@ -101,6 +102,7 @@ GRPC_STATUS: Final[dict[str, str]] = {
     "bad_request": "INVALID_ARGUMENT",
     "unauthorized": "UNAUTHENTICATED",
     "not_found": "NOT_FOUND",
+    "request_timeout": "DEADLINE_EXCEEDED",
     "too_large": "RESOURCE_EXHAUSTED",
     "overloaded": "RESOURCE_EXHAUSTED",
     "internal": "INTERNAL",

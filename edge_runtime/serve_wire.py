@@ -1,0 +1,219 @@
+"""The KServe v2 HTTP/REST body, both ways: JSON tensors and the binary tensor extension.
+
+A request body is a JSON document, optionally followed by binary tensor data:
+the ``Inference-Header-Content-Length`` header gives the JSON part's length,
+and each input carried in binary says its ``binary_data_size`` (in order;
+their sum must be the rest of the body, exactly). A ``BYTES`` tensor in binary
+is a 4-byte little-endian length before each element. Numeric binary data is
+little-endian, ``prod(shape) * itemsize`` bytes exactly.
+
+Everything a client sends is checked before it is used: JSON that does not
+parse or nests too deep, unknown datatypes, negative or non-integer shapes,
+shapes whose element count does not match the data, binary sizes beyond the
+body or not adding up to it. Each is a ``ServeError`` ``bad_request``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from typing import Any
+
+import numpy as np
+
+from .serve_tensors import bad
+from .serve_types import BYTES, DATATYPES, InferRequest, InferResponse, Tensor
+
+HEADER_LENGTH = "inference-header-content-length"
+_LEN = struct.Struct("<I")
+
+
+def decode_request(body: bytes, header_length: str | None, model: str, version: str | None
+                   ) -> tuple[InferRequest, bool, set[str]]:
+    """(the request, binary outputs for every output?, names of outputs asked in binary)."""
+    if header_length is not None:
+        try:
+            hl = int(header_length)
+        except ValueError:
+            raise bad(f"Inference-Header-Content-Length is not an integer: {header_length[:40]!r}") from None
+        if not 0 <= hl <= len(body):
+            raise bad(f"Inference-Header-Content-Length is {hl}, but the body has {len(body)} bytes")
+        head, binary = body[:hl], memoryview(body)[hl:]
+    else:
+        head, binary = body, memoryview(b"")
+    doc = _json(head)
+    if not isinstance(doc, dict):
+        raise bad("the request body is not a JSON object")
+    raw_inputs = doc.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise bad("the request has no 'inputs' list")
+    inputs, offset = [], 0
+    for i, spec in enumerate(raw_inputs):
+        tensor, used = _input(spec, i, binary, offset)
+        inputs.append(tensor)
+        offset += used
+    if offset != len(binary):
+        raise bad(f"the binary part is {len(binary)} bytes, but the inputs' binary_data_size add up to {offset}")
+    params = doc.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise bad("'parameters' is not a JSON object")
+    binary_all = bool(params.pop("binary_data_output", False))
+    outputs, binary_named = _outputs(doc.get("outputs"))
+    rid = doc.get("id")
+    if rid is not None and not isinstance(rid, str):
+        raise bad("'id' is not a string")
+    req = InferRequest(model=model, version=version, inputs=inputs, id=rid, outputs=outputs, parameters=params,
+                       received_bytes=len(body))
+    return req, binary_all, binary_named
+
+
+def _json(head: bytes | memoryview) -> Any:
+    try:
+        doc = json.loads(bytes(head))
+    except RecursionError:
+        raise bad("the request JSON nests too deep") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise bad(f"the request body is not valid JSON: {str(exc)[:200]}") from None
+    return doc
+
+
+def _input(spec: Any, i: int, binary: memoryview, offset: int) -> tuple[Tensor, int]:
+    if not isinstance(spec, dict):
+        raise bad(f"inputs[{i}] is not a JSON object")
+    name, datatype, shape = spec.get("name"), spec.get("datatype"), spec.get("shape")
+    where = f"input {name!r}" if isinstance(name, str) else f"inputs[{i}]"
+    if not isinstance(name, str) or not name:
+        raise bad(f"{where} has no name")
+    if datatype != BYTES and datatype not in DATATYPES:
+        raise bad(f"{where}: unknown datatype {str(datatype)[:40]!r} (one of {', '.join([*DATATYPES, BYTES])})")
+    if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
+        raise bad(f"{where}: shape must be a list of non-negative integers, got {str(shape)[:80]}")
+    count = math.prod(shape)
+    params = spec.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise bad(f"{where}: 'parameters' is not a JSON object")
+    size = params.get("binary_data_size")
+    if size is not None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise bad(f"{where}: binary_data_size must be a non-negative integer, got {size!r}")
+        if offset + size > len(binary):
+            raise bad(f"{where}: binary_data_size {size} reaches past the body "
+                      f"({len(binary) - offset} binary bytes left)")
+        data = _from_binary(where, datatype, shape, count, binary[offset:offset + size])
+        return Tensor(name, datatype, list(shape), data), size
+    if "data" not in spec:
+        raise bad(f"{where} has neither 'data' nor a binary_data_size")
+    return Tensor(name, datatype, list(shape), _from_json(where, datatype, shape, count, spec["data"])), 0
+
+
+def _from_binary(where: str, datatype: str, shape: list[int], count: int, chunk: memoryview) -> Any:
+    if datatype == BYTES:
+        out, at = [], 0
+        while at < len(chunk):
+            if at + 4 > len(chunk):
+                raise bad(f"{where}: a BYTES element's 4-byte length is cut off")
+            (n,) = _LEN.unpack_from(chunk, at)
+            at += 4
+            if at + n > len(chunk):
+                raise bad(f"{where}: a BYTES element of {n} bytes reaches past its binary_data_size")
+            out.append(bytes(chunk[at:at + n]))
+            at += n
+            if len(out) > count:
+                break
+        if len(out) != count:
+            raise bad(f"{where}: shape {shape} holds {count} element(s), the binary data {len(out)}")
+        return out
+    dtype = np.dtype(DATATYPES[datatype]).newbyteorder("<")
+    if count * dtype.itemsize != len(chunk):
+        raise bad(f"{where}: shape {shape} x {datatype} is {count * dtype.itemsize} bytes, "
+                  f"binary_data_size is {len(chunk)}")
+    return np.frombuffer(chunk, dtype=dtype).astype(dtype.newbyteorder("="), copy=True).reshape(shape)
+
+
+def _flat(data: Any) -> list:
+    if not isinstance(data, list):
+        return [data]
+    out: list = []
+    stack = [iter(data)]
+    while stack:
+        for x in stack[-1]:
+            if isinstance(x, list):
+                stack.append(iter(x))
+                break
+            out.append(x)
+        else:
+            stack.pop()
+    return out
+
+
+def _from_json(where: str, datatype: str, shape: list[int], count: int, data: Any) -> Any:
+    flat = _flat(data)
+    if len(flat) != count:
+        raise bad(f"{where}: shape {shape} holds {count} element(s), 'data' {len(flat)}")
+    if datatype == BYTES:
+        if not all(isinstance(x, str) for x in flat):
+            raise bad(f"{where}: BYTES data in JSON must be strings")
+        return [x.encode("utf-8", "surrogatepass") for x in flat]
+    dtype = np.dtype(DATATYPES[datatype])
+    if datatype == "BOOL":
+        if not all(isinstance(x, bool) for x in flat):
+            raise bad(f"{where}: BOOL data must be true or false")
+        return np.array(flat, dtype=dtype).reshape(shape)
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in flat):
+        raise bad(f"{where}: {datatype} data must be numbers")
+    if dtype.kind in "iu":
+        if not all(isinstance(x, int) for x in flat):
+            raise bad(f"{where}: {datatype} data must be integers")
+        info = np.iinfo(dtype)
+        if flat and (min(flat) < info.min or max(flat) > info.max):
+            raise bad(f"{where}: values outside {datatype}")
+    return np.array(flat, dtype=dtype).reshape(shape)
+
+
+def _outputs(raw: Any) -> tuple[list[str] | None, set[str]]:
+    if raw is None:
+        return None, set()
+    if not isinstance(raw, list):
+        raise bad("'outputs' is not a list")
+    names, binary = [], set()
+    for o in raw:
+        if not isinstance(o, dict) or not isinstance(o.get("name"), str):
+            raise bad("each of 'outputs' must be an object with a 'name'")
+        names.append(o["name"])
+        params = o.get("parameters") or {}
+        if isinstance(params, dict) and params.get("binary_data"):
+            binary.add(o["name"])
+    return names, binary
+
+
+def encode_response(resp: InferResponse, binary_all: bool, binary_named: set[str]) -> tuple[bytes, int | None]:
+    """(body, JSON part length when binary data follows, else None)."""
+    outs, blobs = [], []
+    for t in resp.outputs:
+        o: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
+        if binary_all or t.name in binary_named:
+            raw = _to_binary(t)
+            o["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        elif t.datatype == BYTES:
+            o["data"] = [bytes(x).decode("utf-8", "replace") for x in t.data]
+        else:
+            o["data"] = np.asarray(t.data).ravel().tolist()
+        outs.append(o)
+    doc: dict[str, Any] = {"model_name": resp.model_name, "model_version": resp.model_version, "outputs": outs}
+    if resp.id is not None:
+        doc["id"] = resp.id
+    if resp.parameters:
+        doc["parameters"] = resp.parameters
+    head = json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    if not blobs:
+        return head, None
+    return head + b"".join(blobs), len(head)
+
+
+def _to_binary(t: Tensor) -> bytes:
+    if t.datatype == BYTES:
+        return b"".join(_LEN.pack(len(x)) + bytes(x) for x in t.data)
+    arr = np.asarray(t.data)
+    return arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
