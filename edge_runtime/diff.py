@@ -85,6 +85,8 @@ def _scalars(items: Any) -> bool:
 
 
 def _walk(a: Any, b: Any, path: str, parent_key: str) -> Iterator[Difference]:
+    if parent_key and (a is _MISSING and isinstance(b, Mapping) or b is _MISSING and isinstance(a, Mapping)):
+        a, b = a if a is not _MISSING else {}, b if b is not _MISSING else {}   # a section on one side: leaf by leaf
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         for k in list(a) + [k for k in b if k not in a]:
             name = str(k)

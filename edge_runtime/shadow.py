@@ -302,7 +302,7 @@ def truths(source: dict | None, labels: list[str] | None, label_field: str = "la
         while True:
             yield None
     try:
-        stream = read_records(source["path"], source["format"], field=label_field, id_field=source.get("id_field"))
+        stream = read_records(source["path"], source["format"], field=label_field)   # its values only
         for rec in stream:
             raw = rec.value if rec.error is None else None
             yield None if raw is None else resolve_label(str(raw).strip(), labels)

@@ -49,11 +49,11 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 
 def histogram_svg(series: list[tuple[str, list[float], str]], *, title: str, unit: str, log: bool = True,
-                  width: int = 520, height: int = 220, bins: int = 40, marks: bool = True) -> str:
+                  width: int = 760, height: int = 240, bins: int = 48, marks: bool = True) -> str:
     """Overlaid histograms of ``series`` ``[(name, values, colour)]`` as one inline SVG, with each
     series' p50 (dashed) and p99 (dotted) as vertical lines."""
     values = [v for _, vals, _ in series for v in vals if v is not None and math.isfinite(v)]
-    pad_l, pad_r, pad_t, pad_b = 44, 12, 24, 36
+    pad_l, pad_r, pad_t, pad_b = 44, 12, 40, 36
     w, h = width - pad_l - pad_r, height - pad_t - pad_b
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}">',
@@ -101,11 +101,14 @@ def histogram_svg(series: list[tuple[str, list[float], str]], *, title: str, uni
                f'{" (log scale)" if log else ""}</text>')
     out.append(f'<text x="{pad_l - 6}" y="{pad_t + 8}" font-size="10" text-anchor="end">{top}</text>'
                f'<text x="{pad_l - 6}" y="{pad_t + h}" font-size="10" text-anchor="end">0</text>')
-    lx = pad_l + w - 150
-    for i, (name, _, colour) in enumerate(series):
-        out.append(f'<rect x="{lx}" y="{pad_t + 6 + i * 15}" width="10" height="10" fill="{colour}" '
-                   f'fill-opacity="0.7"/><text x="{lx + 14}" y="{pad_t + 15 + i * 15}" font-size="11">'
-                   f'{_e(name)}</text>')
+    lx = float(pad_l)
+    for name, vals, colour in series:        # the legend: one row above the plot
+        label = name
+        if marks and vals:
+            label += f" (p50 {np.percentile(vals, 50):.3g}, p99 {np.percentile(vals, 99):.3g} {unit})"
+        out.append(f'<rect x="{lx:.0f}" y="22" width="10" height="10" fill="{colour}" fill-opacity="0.7"/>'
+                   f'<text class="legend" x="{lx + 14:.0f}" y="31" font-size="11">{_e(label)}</text>')
+        lx += 14 + 6.2 * len(label) + 18
     out.append("</svg>")
     return "".join(out)
 
@@ -175,8 +178,8 @@ def _worst_html(summary: dict) -> str:
             return f"{_e(s.get('prediction'))}{score}"
 
         cmp = e.get("compare") or {}
-        figs = ", ".join(f"{k} {_fmt(v)}" for k, v in cmp.items() if k not in ("kind", "agree", "agree_at",
-                                                                                  "margin_bound") and v is not None)
+        skip = ("kind", "agree", "agree_at", "margin_bound", "top1_match", "score_a", "score_b")
+        figs = ", ".join(f"{k.replace('_', ' ')} {_fmt(v)}" for k, v in cmp.items() if k not in skip and v is not None)
         inp = e.get("input")
         shown = _image_tag(inp) or f"<span>{_e(inp)}</span>"
         verdict = '<span class="ok">agree</span>' if e.get("agree") else '<span class="bad">differ</span>'
@@ -209,11 +212,11 @@ def render(summary: dict, latencies: tuple[list, list], figures: dict, meta: dic
         f'<td><code>{_e(s["path"])}</code></td></tr>' for k, s in (("a", a), ("b", b)))
     lat_svg = histogram_svg([(f"A {a['target']} on {a['device']}", latencies[0], COLORS["a"]),
                              (f"B {b['target']} on {b['device']}", latencies[1], COLORS["b"])],
-                            title="latency per input (infer(): raw in, result out)", unit="ms")
+                            title="latency per input (infer(): raw in, result out); dashed p50, dotted p99", unit="ms")
     fig_name = _figure_name(summary.get("kind"))
     fig_svg = ""
     if figures.get(fig_name):
-        fig_svg = histogram_svg([(fig_name, figures[fig_name], "#6a3d9a")], log=False, marks=False,
+        fig_svg = histogram_svg([(fig_name, figures[fig_name], "#6a3d9a")], log=False, marks=False, height=170,
                                 title=f"{fig_name} per input (B against A)", unit=fig_name)
     flips = "".join(f'<tr><td>{_e(f["a"])}</td><td>{_e(f["b"])}</td><td class="num">{f["count"]}</td></tr>'
                     for f in summary["flips"][:30])
