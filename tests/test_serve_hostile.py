@@ -1,0 +1,192 @@
+"""Hostile HTTP against a real ``edge-infer serve``: each request gets a 4xx with ``{"error", "code"}``
+and the server keeps serving. Raw sockets, so nothing a client library would tidy up is tidied up."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from serve_proc import ServerProc
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+from edge_runtime import error_codes as ec  # noqa: E402
+
+from test_serve_http import digit_images  # noqa: E402
+
+CAP = 1_000_000
+READ_TIMEOUT_S = 1.0
+PATH = "/v2/models/digits-cnn/infer"
+
+
+@pytest.fixture(scope="module")
+def server(digits_artifact):
+    with ServerProc(digits_artifact, args=("--max-body-bytes", str(CAP), "--read-timeout", str(READ_TIMEOUT_S))) as srv:
+        yield srv
+
+
+def send(port: int, body: bytes = b"", headers: dict | None = None, *, raw_head: bytes | None = None,
+         drip: tuple[bytes, float] | None = None, timeout: float = 20.0) -> tuple[int, dict, float]:
+    """One request on a fresh connection: (status, JSON body or {}, seconds to the answer)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    t0 = time.monotonic()
+    try:
+        if raw_head is None:
+            h = {"Host": "x", "Content-Length": str(len(body)), **(headers or {})}
+            raw_head = (f"POST {PATH} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items() if v is not None)
+                        + "\r\n").encode()
+        s.sendall(raw_head)
+        if drip is not None:
+            chunk, every = drip
+            end = time.monotonic() + timeout
+            s.setblocking(False)
+            while time.monotonic() < end:       # drip until the server answers or closes
+                try:
+                    data = s.recv(65536)
+                    if data or data == b"":
+                        s.setblocking(True)
+                        return _parse(data + _rest(s), t0)
+                except BlockingIOError:
+                    pass
+                try:
+                    s.send(chunk)
+                except OSError:
+                    break
+                time.sleep(every)
+            s.setblocking(True)
+        else:
+            try:
+                s.sendall(body)
+            except OSError:           # the server answered and closed before reading it all: fine
+                pass
+        return _parse(_rest(s), t0)
+    finally:
+        s.close()
+
+
+def _rest(s: socket.socket) -> bytes:
+    data = b""
+    try:
+        while True:
+            head, sep, tail = data.partition(b"\r\n\r\n")
+            if sep:
+                m = [ln for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")]
+                if m and len(tail) >= int(m[0].split(b":")[1]):
+                    return data
+            chunk = s.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+    except (ConnectionResetError, socket.timeout):
+        return data
+
+
+def _parse(data: bytes, t0: float) -> tuple[int, dict, float]:
+    elapsed = time.monotonic() - t0
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 "), f"no HTTP answer: {data[:200]!r}"
+    status = int(head.split()[1])
+    try:
+        doc = json.loads(body) if body else {}
+    except ValueError:
+        doc = {"raw": body[:200].decode("latin-1")}
+    return status, doc, elapsed
+
+
+def image_request(img: bytes, *, size: int | None = None, shape=None, datatype="BYTES", extra: bytes = b"",
+                  header_len_delta: int = 0) -> tuple[bytes, dict]:
+    payload = struct.pack("<I", len(img)) + img if datatype == "BYTES" else img
+    head = json.dumps({"inputs": [{"name": "image", "datatype": datatype, "shape": shape or [1],
+                                   "parameters": {"binary_data_size": len(payload) if size is None else size}}]}).encode()
+    return head + payload + extra, {"Inference-Header-Content-Length": str(len(head) + header_len_delta)}
+
+
+def assert_serving(port: int) -> None:
+    img = digit_images(1)[0][0]
+    body, headers = image_request(img)
+    status, doc, _ = send(port, body, headers)
+    assert status == 200 and doc["outputs"], doc
+
+
+def test_hostile_requests_each_get_a_4xx(server):
+    img = digit_images(1)[0][0]
+    js = lambda d: json.dumps(d).encode()  # noqa: E731
+    cases = {
+        "malformed json": (b'{"inputs": [', {}),
+        "not an object": (b"[1, 2, 3]", {}),
+        "not utf-8": (b'{"inputs": "\xff\xfe"}', {}),
+        "deep nesting": (b"[" * 100_000 + b"]" * 100_000, {}),
+        "no inputs": (b"{}", {}),
+        "header length beyond the body": image_request(img, header_len_delta=10_000),
+        "header length not a number": (b"{}", {"Inference-Header-Content-Length": "ten"}),
+        "binary_data_size beyond the body": image_request(img, size=len(img) + 1000),
+        "binary_data_size short of the body": image_request(img, extra=b"trailing"),
+        "BYTES element length cut": image_request(img, size=3),
+        "BYTES count != shape": image_request(img, shape=[2]),
+        "shape x dtype != bytes": image_request(bytes(63), shape=[8, 8], datatype="UINT8"),
+        "negative shape": (js({"inputs": [{"name": "image", "datatype": "UINT8", "shape": [-1, 8], "data": [0] * 8}]}),
+                           {}),
+        "huge shape": (js({"inputs": [{"name": "image", "datatype": "UINT8", "shape": [2 ** 40, 2 ** 40],
+                                       "data": [0]}]}), {}),
+        "non-integer shape": (js({"inputs": [{"name": "image", "datatype": "UINT8", "shape": [8.5, 8],
+                                              "data": [0]}]}), {}),
+        "unknown datatype": (js({"inputs": [{"name": "image", "datatype": "FP128", "shape": [1], "data": [0]}]}), {}),
+        "JSON data of the wrong type": (js({"inputs": [{"name": "image", "datatype": "UINT8", "shape": [2],
+                                                        "data": ["a", "b"]}]}), {}),
+        "JSON values out of range": (js({"inputs": [{"name": "image", "datatype": "UINT8", "shape": [2],
+                                                     "data": [1, 300]}]}), {}),
+        "negative binary_data_size": image_request(img, size=-4),
+        "data and shape disagree": (js({"inputs": [{"name": "image", "datatype": "UINT8", "shape": [8, 8],
+                                                    "data": [0] * 10}]}), {}),
+    }
+    for what, (body, headers) in cases.items():
+        status, doc, _ = send(server.port, body, headers)
+        assert status == 400, (what, status, doc)
+        assert doc.get("code") == ec.SERVE_REQUEST_MALFORMED and doc.get("error"), (what, doc)
+    assert_serving(server.port)
+
+
+def test_claimed_gigabyte_is_refused_unread(server):
+    status, doc, elapsed = send(server.port, b'{"inputs": []}', {"Content-Length": str(1 << 30)})
+    assert status == 413 and doc["code"] == ec.SERVE_REQUEST_TOO_LARGE and elapsed < 5
+    assert_serving(server.port)
+
+
+def test_chunked_body_over_the_cap_is_cut(server):
+    head = (f"POST {PATH} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+    chunk = b"x" * 65536
+    body = b"".join(b"%x\r\n" % len(chunk) + chunk + b"\r\n" for _ in range(CAP // len(chunk) + 2)) + b"0\r\n\r\n"
+    status, doc, _ = send(server.port, body, raw_head=head)
+    assert status == 413 and doc["code"] == ec.SERVE_REQUEST_TOO_LARGE
+    assert_serving(server.port)
+
+
+def test_slow_drip_body_times_out_while_others_are_served(server):
+    answers: list = []
+    t = threading.Thread(target=lambda: answers.append(send(server.port, raw_head=(
+        f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n").encode(), drip=(b"{", 0.2), timeout=15)))
+    t.start()
+    time.sleep(0.3)
+    t_ok = time.monotonic()
+    assert_serving(server.port)                     # the drip does not hold anyone else up
+    assert time.monotonic() - t_ok < READ_TIMEOUT_S
+    t.join(20)
+    (status, doc, elapsed), = answers
+    assert status == 408 and doc["code"] == ec.SERVE_REQUEST_TIMEOUT
+    assert READ_TIMEOUT_S <= elapsed < READ_TIMEOUT_S + 5
+    assert_serving(server.port)
+
+
+def test_rejections_are_counted(server):
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://{server.http}/metrics", timeout=30).read().decode()
+    for reason in ("malformed", "too_large", "read_timeout"):
+        assert f'edge_serve_rejections_total{{reason="{reason}"}}' in text, reason
+    assert server.proc.poll() is None
