@@ -235,6 +235,7 @@ class _Service:
                 try:
                     msg = req_cls.FromString(raw)
                 except Exception as e:      # protobuf's DecodeError: the caller's bytes, not our bug
+                    self._count("malformed")
                     raise _bad(f"{method}: the message does not parse ({e})") from None
                 return await call(msg, len(raw), context)
             except ServeError as e:
@@ -280,7 +281,11 @@ class _Service:
         return out
 
     async def _ModelInfer(self, msg: Any, n: int, context: Any) -> Any:
-        req = to_request(msg, n)
+        try:
+            req = to_request(msg, n)
+        except ServeError:
+            self._count("malformed")            # refused before the core: counted as the core counts its own
+            raise
         resp = await self.core.infer(req)
         return to_message(resp)
 
