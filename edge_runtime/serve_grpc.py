@@ -17,8 +17,11 @@ Wire format, as Triton's:
   each input's typed ``contents``; outputs go out in ``raw_output_contents``;
 - a BYTES tensor's raw form is its elements, each a 4-byte little-endian
   length then the bytes;
-- request ``parameters`` (e.g. ``timeout``) pass through to the core as
-  Python values; the response's parameters are the task result's scalar fields.
+- request ``parameters`` (e.g. ``timeout``, in microseconds as tritonclient
+  sends it) pass through to the core as Python values; a call with a gRPC
+  deadline and no ``timeout`` parameter gets ``timeout`` = the time left, so
+  the core stops work the client no longer waits for; the response's
+  parameters are the core's scalar fields (lists and dicts as JSON text).
 """
 
 from __future__ import annotations
@@ -186,11 +189,11 @@ def to_message(resp: InferResponse) -> Any:
         if t.datatype == BYTES:
             items = list(np.asarray(t.data, dtype=object).reshape(-1)) if isinstance(t.data, np.ndarray) else list(t.data)
             raw = join_bytes(items)
-            shape = list(t.shape) if t.shape is not None else [len(items)]
+            shape = list(t.shape) if t.shape else [len(items)]
         else:
             arr = np.ascontiguousarray(t.data, dtype=np.dtype(DATATYPES[t.datatype]).newbyteorder("<"))
             raw = arr.tobytes()
-            shape = list(t.shape) if t.shape is not None else list(arr.shape)
+            shape = list(t.shape) if t.shape or arr.ndim == 0 else list(arr.shape)
         out = msg.outputs.add(name=t.name, datatype=t.datatype, shape=[int(d) for d in shape])
         for k, v in t.parameters.items():
             if v is not None:
@@ -286,6 +289,10 @@ class _Service:
         except ServeError:
             self._count("malformed")            # refused before the core: counted as the core counts its own
             raise
+        remaining = context.time_remaining()
+        if remaining is not None and "timeout" not in req.parameters:
+            # the call's gRPC deadline, when it sets no timeout parameter (µs, as tritonclient's)
+            req.parameters["timeout"] = max(1, int(remaining * 1_000_000))
         resp = await self.core.infer(req)
         return to_message(resp)
 

@@ -10,6 +10,7 @@ MiniLM classifier artifacts.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -252,6 +253,12 @@ def test_client_deadline(client, core):
         client.infer("echo", _inputs()[0], client_timeout=0.2)
     assert ei.value.status() == "StatusCode.DEADLINE_EXCEEDED"
     core.delay_s = 0.0
+    # the call's deadline reaches the core as the timeout parameter (µs) when none is given
+    assert 0 < core.requests[-1].parameters["timeout"] <= 200_000
+    client.infer("echo", _inputs()[0], client_timeout=5, timeout=1234)
+    assert core.requests[-1].parameters["timeout"] == 1234
+    client.infer("echo", _inputs()[0])
+    assert "timeout" not in core.requests[-1].parameters
 
 
 def _malformed():
@@ -304,7 +311,7 @@ def test_malformed_infer_is_invalid_argument(fake, core, build):
     err = rpc_error(fake.target, "ModelInfer", build())
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
     assert dict(err.trailing_metadata())[ERROR_CODE_KEY] == "serve_request_malformed"
-    assert not core.requests                                 # refused before the core
+    assert not core.requests and core.rejections == ["malformed"]   # refused before the core, counted
 
 
 def test_unparsable_message_is_invalid_argument(fake, core):
@@ -367,3 +374,180 @@ def test_message_cap():
         c.close()
     finally:
         srv.close()
+
+
+# -- part two: the real core on real artifacts ------------------------------------------------------
+
+DIGITS = Path(__file__).resolve().parents[1] / "models" / "zoo" / "digits-cnn" / "held_out"
+TEXTS = ["a gorgeous, witty, seductive movie.", "the plot is a dull, lifeless mess.", "it is a film."]
+
+
+def _digit_images() -> list[tuple[int, bytes]]:
+    return [(d, next(iter(sorted((DIGITS / str(d)).glob("*.png")))).read_bytes()) for d in range(10)]
+
+
+def _bytes_input(name: str, items: list[bytes]):
+    t = tg.InferInput(name, [len(items)], "BYTES")
+    t.set_data_from_numpy(np.array(items, dtype=object))
+    return t
+
+
+def _result_json(res) -> list[dict]:
+    return [json.loads(x) for x in res.as_numpy("result")]
+
+
+@pytest.fixture(scope="module")
+def served(digits_artifact, minilm_classifier_artifact):
+    """The real server: ``edge-infer serve`` when the CLI has it, else ServeCore + start_grpc in-process."""
+    import importlib.util
+
+    if importlib.util.find_spec("edge_runtime.cli_serve") is not None:
+        from grpc_harness import ServeProcess
+
+        proc = ServeProcess([digits_artifact, minilm_classifier_artifact])
+        yield proc.target
+        assert proc.close() == 0, proc.output()
+    else:
+        from edge_runtime.serve_core import ServeCore
+
+        srv = LoopServer(ServeCore([digits_artifact, minilm_classifier_artifact]))
+        yield srv.target
+        srv.close()
+        srv.core.close()
+
+
+@pytest.fixture(scope="module")
+def names(digits_artifact, minilm_classifier_artifact):
+    return {k: json.loads((p / "manifest.json").read_text())["model"]["name"] for k, p in
+            (("image", digits_artifact), ("text", minilm_classifier_artifact))}
+
+
+@pytest.fixture(scope="module")
+def real(served):
+    c = tg.InferenceServerClient(served)
+    yield c
+    c.close()
+
+
+def test_real_health_and_metadata(real, names):
+    assert real.is_server_live() and real.is_server_ready()
+    md = real.get_server_metadata(as_json=True)
+    assert md["name"] == "edge-runtime" and "binary_tensor_data" in md["extensions"]
+    for kind, name in names.items():
+        assert real.is_model_ready(name)
+        mm = real.get_model_metadata(name, as_json=True)
+        assert mm["name"] == name and mm["versions"]
+        assert real.is_model_ready(name, mm["versions"][0])
+        assert mm["inputs"] == [{"name": kind, "datatype": "BYTES", "shape": ["-1"]}]
+        outs = {o["name"]: o["datatype"] for o in mm["outputs"]}
+        assert outs["label"] == "BYTES" and outs["class_id"] == "INT64" and outs["score"] == "FP32"
+
+
+def test_real_image_classification(real, names, digits_artifact):
+    import edge_runtime as er
+
+    images = _digit_images()
+    res = real.infer(names["image"], [_bytes_input("image", [b for _, b in images])])
+    labels = [x.decode() for x in res.as_numpy("label")]
+    with er.load(digits_artifact) as rt:                         # the same answers as in-process
+        want = [rt.infer(b) for _, b in images]
+    assert labels == [str(r.prediction) for r in want]
+    assert res.as_numpy("class_id").tolist() == [r.class_id for r in want]
+    np.testing.assert_allclose(res.as_numpy("score"), [r.top_k[0]["score"] for r in want], atol=1e-6)
+    assert sum(str(d) == lab for (d, _), lab in zip(images, labels)) >= 9
+    assert res.as_numpy("top_k_scores").shape[0] == 10
+    assert [j["prediction"] for j in _result_json(res)] == labels
+    # one decoded image as a UINT8 [H, W] array, and only the asked-for output
+    from PIL import Image
+    import io
+
+    arr = np.asarray(Image.open(io.BytesIO(images[3][1])).convert("L"))
+    t = tg.InferInput("image", list(arr.shape), "UINT8")
+    t.set_data_from_numpy(arr)
+    res = real.infer(names["image"], [t], outputs=[tg.InferRequestedOutput("label")])
+    assert [x.decode() for x in res.as_numpy("label")] == [labels[3]]
+    assert res.as_numpy("class_id") is None
+
+
+def test_real_text_classification_and_async(real, names, minilm_classifier_artifact):
+    import edge_runtime as er
+
+    res = real.infer(names["text"], [_bytes_input("text", [t.encode() for t in TEXTS])], request_id="t-1")
+    assert res.get_response().id == "t-1"
+    with er.load(minilm_classifier_artifact) as rt:
+        want = [rt.infer(t) for t in TEXTS]
+    assert [x.decode() for x in res.as_numpy("label")] == [str(r.prediction) for r in want]
+    np.testing.assert_allclose(res.as_numpy("score"), [r.top_k[0]["score"] for r in want], atol=1e-5)
+    params = res.get_response(as_json=True)["parameters"]
+    assert "trace_id" in params and "device" in params
+    done: list = []
+    for t in TEXTS:
+        real.async_infer(names["text"], [_bytes_input("text", [t.encode()])],
+                         callback=lambda result, error: done.append((result, error)))
+    import time
+
+    end = time.monotonic() + 30
+    while len(done) < len(TEXTS) and time.monotonic() < end:
+        time.sleep(0.01)
+    assert all(e is None for _, e in done) and len(done) == len(TEXTS)
+    assert sorted(r.as_numpy("label")[0].decode() for r, _ in done) == sorted(str(r.prediction) for r in want)
+
+
+def _status(call) -> str:
+    with pytest.raises(InferenceServerException) as ei:
+        call()
+    return ei.value.status()
+
+
+def test_real_error_mappings(real, names):
+    img, txt = names["image"], names["text"]
+    good = _bytes_input("image", [_digit_images()[0][1]])
+    assert _status(lambda: real.infer("no-such-model", [good])) == "StatusCode.NOT_FOUND"
+    assert _status(lambda: real.is_model_ready(img, "999")) == "StatusCode.NOT_FOUND"
+    assert _status(lambda: real.get_model_metadata("no-such-model")) == "StatusCode.NOT_FOUND"
+    # bad inputs: undecodable image, an empty text, a text over the limit, a numeric tensor for text
+    assert _status(lambda: real.infer(img, [_bytes_input("image", [b"not an image"])])) == "StatusCode.INVALID_ARGUMENT"
+    assert _status(lambda: real.infer(txt, [_bytes_input("text", [b""])])) == "StatusCode.INVALID_ARGUMENT"
+    assert _status(lambda: real.infer(txt, [_bytes_input("text", [b"x " * 20_000])])) == "StatusCode.INVALID_ARGUMENT"
+    f = tg.InferInput("text", [1], "FP32")
+    f.set_data_from_numpy(np.zeros(1, np.float32))
+    assert _status(lambda: real.infer(txt, [f])) == "StatusCode.INVALID_ARGUMENT"
+    assert _status(lambda: real.infer(img, [good], outputs=[tg.InferRequestedOutput("nope")])) \
+        == "StatusCode.INVALID_ARGUMENT"
+    # the request's timeout parameter (µs): 1 µs has passed before the model runs
+    assert _status(lambda: real.infer(txt, [_bytes_input("text", [b"fine"])], timeout=1)) \
+        == "StatusCode.DEADLINE_EXCEEDED"
+    # still serving
+    assert real.infer(img, [good]).as_numpy("label").shape == (1,)
+
+
+def test_real_overload_and_not_ready(digits_artifact):
+    """A real ServeCore with one slot and no queue: concurrent requests beyond it are
+    RESOURCE_EXHAUSTED, never queued; after drain, UNAVAILABLE and not ready."""
+    from edge_runtime.serve_core import ServeCore
+
+    srv = LoopServer(ServeCore([digits_artifact], max_in_flight=1, max_queue=0))
+    try:
+        c = tg.InferenceServerClient(srv.target)
+        name = json.loads((digits_artifact / "manifest.json").read_text())["model"]["name"]
+        items = [b for _, b in _digit_images()] * 20                   # 200 images a request: a few ms each
+        done: list = []
+        for _ in range(24):
+            c.async_infer(name, [_bytes_input("image", items)], callback=lambda r, e: done.append(e))
+        import time
+
+        end = time.monotonic() + 60
+        while len(done) < 24 and time.monotonic() < end:
+            time.sleep(0.01)
+        statuses = [e.status() if e is not None else "OK" for e in done]
+        assert len(statuses) == 24 and "OK" in statuses
+        assert "StatusCode.RESOURCE_EXHAUSTED" in statuses, statuses
+        assert set(statuses) <= {"OK", "StatusCode.RESOURCE_EXHAUSTED"}
+        assert srv.core._rejections["overloaded"] == statuses.count("StatusCode.RESOURCE_EXHAUSTED")
+        srv.call(srv.core.drain(5))
+        assert not c.is_server_ready() and c.is_server_live()
+        assert _status(lambda: c.infer(name, [_bytes_input("image", items[:1])])) == "StatusCode.UNAVAILABLE"
+        c.close()
+    finally:
+        srv.close()
+        srv.core.close()
