@@ -98,8 +98,8 @@ def actor_cpus() -> int:
         return 1
 
 
-class _Rebuilt(EdgeRuntimeError):
-    """An error carried as its dict (type, code, message): ``to_dict`` gives them back unchanged."""
+class _Rebuilt(InputError):
+    """A reader's error carried as its dict (type, code, message): ``to_dict`` gives them back unchanged."""
 
     def __init__(self, d: dict):
         super().__init__(d.get("message", ""), code=d.get("code", ec.UNKNOWN))

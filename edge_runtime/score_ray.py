@@ -60,6 +60,9 @@ def start_ray(address: str | None = None, *, num_cpus: int | None = None) -> flo
     t0 = time.perf_counter()
     kw: dict = {"logging_level": "WARNING", "log_to_driver": False, "configure_logging": True}
     if address:
+        host = address.split("://")[-1].rsplit(":", 1)[0]
+        if host in ("127.0.0.1", "localhost"):      # a cluster on loopback: this driver's node is on it too
+            kw["_node_ip_address"] = "127.0.0.1"
         ray.init(address=address, **kw)
     else:
         ray.init(num_cpus=num_cpus, object_store_memory=OBJECT_STORE_BYTES, include_dashboard=False, **kw)
@@ -76,6 +79,14 @@ class OrderedWriter:
         self.duplicates = 0
         self.progress, self.on_progress = progress, on_progress
         self.last_sync = time.perf_counter()
+        self.first: tuple[float, int] | None = None     # (when, lines) of the first write: the steady rate's start
+
+    def steady_per_s(self) -> float | None:
+        """Lines per second after the first write (actor start-up excluded); None before two writes."""
+        if self.first is None or self.summary.scored <= self.first[1]:
+            return None
+        dt = time.perf_counter() - self.first[0]
+        return round((self.summary.scored - self.first[1]) / dt, 2) if dt > 0 else None
 
     def add(self, indexes, texts) -> None:
         out = []
@@ -96,6 +107,8 @@ class OrderedWriter:
             self.next += 1
         if not out:
             return
+        if self.first is None:
+            self.first = (time.perf_counter(), self.summary.scored)
         self.fh.write(("\n".join(out) + "\n").encode("utf-8", "surrogateescape"))
         self.fh.flush()
         if self.owned and time.perf_counter() - self.last_sync >= 1.0:
@@ -221,10 +234,11 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
             t0 = time.perf_counter()
             if progress is not None:
                 progress.t0 = t0          # the rate counts from Ray's start: actor start-up included
-            first = _run(todo, writer, artifact=str(Path(artifact).resolve()), seal=seal, device=actor_device,
+            _run(todo, writer, artifact=str(Path(artifact).resolve()), seal=seal, device=actor_device,
                          target=target, strict=strict, device_options=device_options, deadline_ms=deadline_ms,
                          batch_size=batch_size, actors=actors, cpus_per_actor=cpus_per_actor, verify=verify)
-            info["first_rows_s"] = None if first is None else round(first - t0, 3)
+            info["first_rows_s"] = None if writer.first is None else round(writer.first[0] - t0, 3)
+            info["steady_per_s"] = writer.steady_per_s()
         if not to_stream:
             os.fsync(fh.fileno())
     finally:
@@ -246,7 +260,7 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
 
 
 def _run(todo, writer: OrderedWriter, *, artifact, seal, device, target, strict, device_options, deadline_ms,
-         batch_size, actors, cpus_per_actor, verify) -> float | None:
+         batch_size, actors, cpus_per_actor, verify) -> None:
     import ray
 
     from .ray import EdgeScorer, to_rows
@@ -264,9 +278,5 @@ def _run(todo, writer: OrderedWriter, *, artifact, seal, device, target, strict,
         "device_options": device_options, "deadline_ms": deadline_ms, "verify": verify},
         compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor, batch_size=batch_size,
         batch_format="numpy")
-    first = None
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-        if first is None:
-            first = time.perf_counter()
         writer.add(batch["index"], batch["text"])
-    return first
