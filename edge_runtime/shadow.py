@@ -241,11 +241,24 @@ def shadow_line(record, out_a, out_b, truth, agree_at: float | None) -> dict:
     return line
 
 
-def _dumps(line: dict) -> str:
+def _dumps(line: dict) -> tuple[str, dict]:
+    """(the JSON text, the line as written): a side whose result holds NaN or infinity is written
+    as that side's failure (``result_nonfinite``), never as a silent "NaN"."""
     try:
-        return json.dumps(line, ensure_ascii=False, allow_nan=False, default=str)
-    except ValueError:      # NaN in a result: never written as a silent "NaN"
-        return json.dumps(line, ensure_ascii=False, default=str).replace("NaN", "null")
+        return json.dumps(line, ensure_ascii=False, allow_nan=False, default=str), line
+    except ValueError:
+        pass
+    line = dict(line)
+    for key in ("a", "b"):
+        try:
+            json.dumps(line[key], allow_nan=False, default=str)
+        except ValueError:
+            line[key] = {"ok": False, "error": {"type": "InferenceRuntimeError", "code": ec.RESULT_NONFINITE,
+                                                "message": "the model produced NaN or infinity"}}
+    both_failed = not line["a"]["ok"] and not line["b"]["ok"]
+    line.update(ok=False, compare=None, agree=None if both_failed else False,
+                error=(line["a"] if not line["a"]["ok"] else line["b"])["error"])
+    return json.dumps(line, ensure_ascii=False, default=str), line
 
 
 def job_record(rt_a, rt_b, source: dict | None, agree_at: float | None) -> dict:
@@ -288,7 +301,7 @@ def truths(source: dict | None, labels: list[str] | None, label_field: str = "la
     from .evaluate import resolve_label
     from .score_inputs import read_records
 
-    if source is None:
+    if source is None or not labels:     # no source, or a task without labels (embeddings...): no truth
         while True:
             yield None
     if source["format"] == "images":
@@ -368,10 +381,10 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
             else:
                 out_b = _infer(rt_b, record.value)
                 out_a = _infer(rt_a, record.value)
-            line = shadow_line(record, out_a, out_b, truth, agree_at)
+            text, line = _dumps(shadow_line(record, out_a, out_b, truth, agree_at))
             summary.add(line)
             if fh is not None:
-                fh.write((_dumps(line) + "\n").encode("utf-8", "surrogateescape"))
+                fh.write((text + "\n").encode("utf-8", "surrogateescape"))
                 now = time.perf_counter()
                 if now - last_flush >= 0.2:
                     fh.flush()

@@ -75,7 +75,8 @@ def _cosine(x: np.ndarray, y: np.ndarray) -> float:
     x, y = x.astype(np.float64).ravel(), y.astype(np.float64).ravel()
     if x.shape != y.shape:
         return 0.0
-    return float(x @ y / max(np.linalg.norm(x) * np.linalg.norm(y), 1e-12))
+    norm = float(np.linalg.norm(x)) * float(np.linalg.norm(y))
+    return float(x @ y) / max(norm, 1e-12)
 
 
 def compare_embedding(a: dict, b: dict, agree_at: float) -> dict:
@@ -87,9 +88,10 @@ def compare_embedding(a: dict, b: dict, agree_at: float) -> dict:
 def compare_detection(a: dict, b: dict, agree_at: float) -> dict:
     from edge_runtime.models.object_detection import detection_parity
 
-    ref = SimpleNamespace(detections=a.get("detections") or [], near_detections=None)
-    cand = SimpleNamespace(detections=b.get("detections") or [], near_detections=None)
-    r = detection_parity([ref], [cand])    # type: ignore[list-item]  (it reads .detections only)
+    # the parity matching reads .detections and .near_detections only
+    ref: Any = SimpleNamespace(detections=a.get("detections") or [], near_detections=None)
+    cand: Any = SimpleNamespace(detections=b.get("detections") or [], near_detections=None)
+    r = detection_parity([ref], [cand])
     f1 = float(r["value"])
     miou = r.get("mean_iou")
     return {"kind": "detection", "agree": f1 >= agree_at, "f1": round(f1, 6), "mean_iou": miou,

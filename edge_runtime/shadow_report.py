@@ -48,7 +48,7 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def histogram_svg(series: list[tuple[str, list[float], str]], *, title: str, unit: str, log: bool = True,
+def histogram_svg(series: list[tuple[str, list, str]], *, title: str, unit: str, log: bool = True,
                   width: int = 760, height: int = 240, bins: int = 48, marks: bool = True) -> str:
     """Overlaid histograms of ``series`` ``[(name, values, colour)]`` as one inline SVG, with each
     series' p50 (dashed) and p99 (dotted) as vertical lines."""

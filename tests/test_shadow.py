@@ -208,3 +208,24 @@ def test_comparisons_per_task():
     assert seg["kind"] == "segmentation" and seg["pixel_agreement"] == 0.75 and not seg["agree"]
     ten = compare({"outputs": {"y": {"data": [1.0, 2.0]}}}, {"outputs": {"y": {"data": [1.0, 2.0]}}})
     assert ten["kind"] == "tensors" and ten["cosine"] == pytest.approx(1.0) and ten["agree"]
+
+
+def test_a_nan_result_is_written_as_that_sides_failure():
+    from edge_runtime.score_inputs import Record
+    from edge_runtime.shadow import ShadowSummary, _dumps, shadow_line
+
+    class Res:
+        def __init__(self, emb):
+            self.emb = emb
+
+        def to_dict(self):
+            return {"prediction": None, "embedding": self.emb, "latency_ms": 1.0}
+
+    line = shadow_line(Record(0, "r0", "text", line=1), Res([1.0, 0.0]), Res([float("nan"), 0.0]), None, None)
+    text, written = _dumps(line)
+    back = json.loads(text)
+    assert ": NaN" not in text and "NaN," not in text and back == written
+    assert back["a"]["ok"] and back["b"]["error"]["code"] == "result_nonfinite" and back["agree"] is False
+    s = ShadowSummary()
+    s.add(written)
+    assert s.compared == 1 and s.only_b_failed == 1 and s.agreement == 0.0
