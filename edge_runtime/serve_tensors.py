@@ -23,6 +23,10 @@ Outputs, each ``[N, ...]`` along the items:
 - every task: ``result`` BYTES, one JSON document per item: the result's
   ``to_dict()`` without its arrays (prediction, top_k, detections,
   keypoints, trace_id, latency_ms, bucket, truncated, ...).
+
+A request that names no output gets every output, except ``result`` where a
+typed output already carries the result (classifiers, embeddings, tensors,
+segmentation): ask for it by name there.
 """
 
 from __future__ import annotations
@@ -147,10 +151,17 @@ def output_makers(results: list) -> dict[str, Callable[[], Tensor]]:
     return makers
 
 
+def default_outputs(makers: dict) -> list[str]:
+    """The outputs sent when none is named: every one, but ``result`` only where no typed output carries
+    the structured result (detection, pose): a classifier's or an embedding's JSON twin is asked by name."""
+    typed = [n for n in makers if n not in ("result", "num_detections")]
+    return list(makers) if not typed else typed
+
+
 def response_outputs(results: list, requested: list[str] | None) -> list[Tensor]:
     makers = output_makers(results)
     if requested is None:
-        return [make() for make in makers.values()]
+        return [makers[n]() for n in default_outputs(makers)]
     unknown = [n for n in requested if n not in makers]
     if unknown:
         raise bad(f"unknown output(s) {', '.join(map(repr, unknown))}; this model has {', '.join(makers)}")
@@ -168,7 +179,8 @@ def io_metadata(kind: str, model_inputs: list[dict], sample_results: list | None
                   for s in model_inputs]
     outputs: list[dict[str, Any]] = []
     if sample_results:
-        for t in response_outputs(sample_results, None):
+        makers = output_makers(sample_results)
+        for t in (make() for make in makers.values()):
             outputs.append({"name": t.name, "datatype": t.datatype, "shape": [-1] + list(t.shape[1:])})
     else:
         outputs.append({"name": "result", "datatype": BYTES, "shape": [-1]})

@@ -113,7 +113,10 @@ def test_image_binary_matches_in_process(client, digits_artifact):
     import edge_runtime as er
 
     images, labels = digit_images()
-    res = client.infer("digits-cnn", [bytes_input("image", images)])
+    res = client.infer("digits-cnn", [bytes_input("image", images)])      # no output named: every typed one
+    assert res.as_numpy("result") is None and res.as_numpy("top_k_class_ids").shape == (len(images), 5)
+    res = client.infer("digits-cnn", [bytes_input("image", images)], outputs=[
+        th.InferRequestedOutput(n) for n in ("label", "class_id", "score", "top_k_scores", "result")])
     assert list(res.as_numpy("label").astype(str)) == labels
     with er.load(digits_artifact) as rt:
         want = [rt.infer(x) for x in images]
