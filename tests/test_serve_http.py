@@ -350,3 +350,31 @@ def test_core_backpressure_and_drain(core, monkeypatch):
     done = asyncio.run(scenario())
     assert [r.outputs[0].name for r in done] == ["label", "label"]
     assert "edge_serve_rejections_total{reason=\"overloaded\"} 1" in core.metrics_text()
+
+
+def test_dynamic_batching_merges_requests_on_a_batched_backend(ov_digits_artifact):
+    """OpenVINO declares a batch path: concurrent requests within the delay go through one infer_batch."""
+    import edge_runtime as er
+    from edge_runtime.serve_core import ServeCore
+
+    images, labels = digit_images(8)
+    c = ServeCore([ov_digits_artifact], device="openvino", batch_delay_ms=20, max_in_flight=1, verify=False)
+    try:
+        c.load_all()
+        (m,) = c.models.values()
+        assert m.batched
+        calls = []
+        real = m.rt.infer_batch
+        m.rt.infer_batch = lambda items, **kw: calls.append(len(items)) or real(items, **kw)
+
+        async def burst():
+            return await asyncio.gather(*[c.infer(_req([img])) for img in images])
+
+        got = asyncio.run(burst())
+        assert [r.outputs[0].data[0].decode() for r in got] == labels     # each answer is its own item's
+        assert sum(calls) == len(images) and max(calls) > 1, calls
+        assert c._batched_requests == len(images) and c._batches == len(calls)
+    finally:
+        c.close()
+    with er.load(ov_digits_artifact, device="openvino") as rt:
+        assert [r.prediction for r in rt.infer_batch(images)] == labels
