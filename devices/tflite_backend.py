@@ -156,6 +156,7 @@ class TfliteSession(DeviceSession):
         self.inline = bool(options["inline"])
         self.capabilities = Capabilities(inline=self.inline)
         self.xnnpack = delegate_factory is None      # False once XNNPACK refused the model (built-in kernels)
+        self._out_names = [t["name"] for t in bucket["outputs"]]
         self._pool = Pool(self._new, options.get("max_interpreters", 2))
 
     def _new(self):
@@ -193,7 +194,8 @@ class TfliteSession(DeviceSession):
             for name, arr in feeds.items():
                 interp.set_tensor(ins[name], arr)
             interp.invoke()
-            return {t["name"]: interp.get_tensor(outs[t["name"]]).copy() for t in self._bucket["outputs"]}
+            # get_tensor returns a copy (tensor() would be the view): nothing to copy again
+            return {name: interp.get_tensor(outs[name]) for name in self._out_names}
         finally:
             self._pool.release(item)
 

@@ -10,7 +10,6 @@ import dataclasses
 import logging
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -33,7 +32,7 @@ from .limits import DEFAULT_LIMITS, Limits
 from .records import Manifest, Variant
 from .measured_here import isa_note, tuned_summary
 from .metrics import RuntimeMetrics
-from .result import InferenceResult
+from .result import InferenceResult, new_trace_id
 from .selection import choose, session_fallback
 from .watchdog import WATCHDOG
 
@@ -122,6 +121,7 @@ class Runtime:
         self._drive = [(c.inline, c.cancellable) for c in self.capabilities]
         self._batched = all(c.batched for c in self.capabilities)
         self.device = self._sessions[0].device
+        self._bucket_names = [b.name for b in self.variant.buckets]
         if dropped:     # the choice is a record: what the sessions said makes a new one
             self.choice = dataclasses.replace(self.choice, fallback="; ".join(
                 x for x in (self.choice.fallback, dropped) if x))
@@ -326,14 +326,15 @@ class Runtime:
             raise InferenceRuntimeError("runtime is closed", code=ec.RUNTIME_CLOSED, device=self.device,
                                         variant=self.variant.target)
         prepared = self._prepare(raw, lim, opts)
-        sess = self._sessions[prepared.bucket]
+        k = prepared.bucket
+        sess = self._sessions[k]
         remaining = t_end - time.perf_counter()
         if remaining <= 0:
             raise InferenceTimeout(f"deadline of {deadline} ms passed before the device call",
                                    code=ec.INFERENCE_TIMEOUT, deadline_ms=deadline)
-        inline, cancellable = self._drive[prepared.bucket]
+        inline, cancellable = self._drive[k]
         if inline:
-            outputs = self._run_inline(sess, prepared, remaining, deadline, cancellable)
+            outputs = self._run_inline(sess, prepared, t_end, deadline, cancellable)
         else:
             outputs = self._run_pooled(sess, prepared, remaining, deadline, cancellable)
         return self._result(self._finish(outputs, prepared), prepared, t0, trace_id)
@@ -355,14 +356,14 @@ class Runtime:
                              code=ec.INPUT_INVALID) from exc
 
     def _result(self, res, prepared, t0, trace_id) -> InferenceResult:
-        return InferenceResult(
-            prediction=res.prediction, scores=res.scores, embedding=res.embedding,
-            latency_ms=(time.perf_counter() - t0) * 1000, device=self.device, target=self.variant.target,
-            model=self.artifact.name, version=self.artifact.version, trace_id=trace_id or uuid.uuid4().hex,
-            bucket=self.variant.buckets[prepared.bucket].name, truncated=prepared.truncated,
-            input_length=prepared.length, outputs=res.outputs, class_id=res.class_id, top_k=res.top_k,
-            raw_outputs=res.raw_outputs, detections=res.detections, keypoints=res.keypoints,
-        )
+        return InferenceResult._make({
+            "prediction": res.prediction, "scores": res.scores, "embedding": res.embedding,
+            "latency_ms": (time.perf_counter() - t0) * 1000, "device": self.device, "target": self.variant.target,
+            "model": self.artifact.name, "version": self.artifact.version, "trace_id": trace_id or new_trace_id(),
+            "bucket": self._bucket_names[prepared.bucket], "truncated": prepared.truncated,
+            "input_length": prepared.length, "outputs": res.outputs, "class_id": res.class_id, "top_k": res.top_k,
+            "raw_outputs": res.raw_outputs, "detections": res.detections, "keypoints": res.keypoints,
+        })
 
     def _finish(self, outputs, prepared):
         if not self._nonfinite_ok:
@@ -377,7 +378,11 @@ class Runtime:
         """A float output holding NaN or infinity is a failure of this device, never a result (a broken
         driver, a miscompiled kernel); integer (quantized) outputs cannot hold one and are not scanned."""
         for name, arr in outputs.items():
-            if getattr(arr, "dtype", None) is not None and arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+            dtype = getattr(arr, "dtype", None)
+            # a sum is NaN or infinite whenever an element is (one reduction, no boolean array);
+            # when it is, the exact scan decides (a sum of large finite values may overflow)
+            if dtype is not None and dtype.kind in "fc" and not np.isfinite(arr.sum()) \
+                    and not np.isfinite(arr).all():
                 bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
                 raise InferenceRuntimeError(
                     f"{self.device} returned {bad} non-finite value(s) (NaN or infinity) in output {name!r} of "
@@ -398,9 +403,8 @@ class Runtime:
         return InferenceTimeout(f"{self.device} answered after the {deadline} ms deadline",
                                 code=ec.INFERENCE_TIMEOUT, deadline_ms=deadline, device=self.device)
 
-    def _run_inline(self, sess, prepared, remaining, deadline, cancellable):
+    def _run_inline(self, sess, prepared, t_end, deadline, cancellable):
         if not cancellable:      # runs to the end in this thread; a late answer is a timeout, never a result
-            t_end = time.perf_counter() + remaining
             try:
                 outputs = sess.run(prepared.feeds)
             except Exception as exc:
@@ -408,7 +412,7 @@ class Runtime:
             if time.perf_counter() > t_end:
                 raise self._late(deadline)
             return outputs
-        token, entry = WATCHDOG.arm(time.perf_counter() + remaining)
+        token, entry = WATCHDOG.arm(t_end)
         try:
             outputs = sess.run(prepared.feeds, cancel=token)
             if token.fired:   # finished, but after the deadline (a session that could not stop in time)

@@ -13,6 +13,7 @@ code that only passes ``scores`` along keeps the indices.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -313,10 +314,11 @@ def dequantize(arr: np.ndarray, spec: dict) -> np.ndarray:
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    x = x - x.max()
-    e = np.exp(x)
-    return (e / e.sum()).astype(np.float32)
+    x = x.astype(np.float64)         # a new array: the steps below work in place on it
+    x -= x.max()
+    np.exp(x, out=x)
+    x /= x.sum()
+    return x.astype(np.float32)
 
 
 def duplicate_labels(labels: list[str]) -> dict[str, list[int]]:
@@ -343,23 +345,57 @@ def score_keys(labels: list[str]) -> list[str]:
     return [f"{label}#{i}" if label in dup else label for i, label in enumerate(labels)]
 
 
+def top_indices(probs: np.ndarray, k: int | None) -> list[int]:
+    """The indices of the ``k`` best scores, best first, ties by the lower index: exactly
+    ``np.argsort(-probs, kind="stable")[:k].tolist()``, without sorting every class past 64 of
+    them: for k <= 8, k ``argmax`` passes (each returns the first of equal maxima, so ties keep
+    index order); for a larger k, a partition that keeps every score tied with the k-th, then a
+    stable sort of those. Anything not a plain finite ranking (NaN, -inf) takes the full sort."""
+    n = probs.shape[0]
+    if n <= 64 and probs.dtype.kind == "f":
+        # a few classes: Python's sort (stable, and stable under reverse=True too) on the
+        # values, cheaper than four numpy calls; only for finite values (a NaN sum says not)
+        values = probs.tolist()
+        if math.isfinite(sum(values)):
+            ranked = sorted(range(n), key=values.__getitem__, reverse=True)
+            return ranked[:k] if k else ranked
+    if not k or k >= n or n <= 64 or probs.dtype.kind != "f":
+        order = np.argsort(-probs, kind="stable")
+        return (order[:k] if k else order).tolist()
+    if k <= 8:
+        work = probs.copy()
+        out = []
+        for _ in range(k):
+            i = int(work.argmax())
+            if not work[i] > -np.inf:       # NaN or -inf reached: the sort defines their order
+                return np.argsort(-probs, kind="stable")[:k].tolist()
+            out.append(i)
+            work[i] = -np.inf
+        return out
+    neg = -probs
+    kth = neg[np.argpartition(neg, k - 1)[k - 1]]         # the k-th best score (negated)
+    if kth != kth:
+        return np.argsort(neg, kind="stable")[:k].tolist()
+    cand = np.flatnonzero(neg <= kth)                     # ascending indices: ties stay in index order
+    return cand[np.argsort(neg[cand], kind="stable")[:k]].tolist()
+
+
 def rank_classes(probs: np.ndarray, labels: list[str], k: int | None, keys: list[str] | None = None):
     """``(label, class_id, scores, top_k)`` for a 1-D score vector, best first.
 
     ``keys`` are :func:`score_keys` of ``labels`` (pass them precomputed when
     ranking many times); ``scores`` is a :class:`Scores` carrying ``class_id``
-    and ``top_k``.
+    and ``top_k``. Only the top ``k`` are ranked and converted (:func:`top_indices`).
     """
     if keys is None:
         keys = score_keys(labels)
-    order = np.argsort(-probs, kind="stable")
-    if k:
-        order = order[:k]
-    values = probs.tolist()              # python floats/ints: indexing numpy scalars one by one is slow
-    order = order.tolist()
-    top = [{"index": i, "label": labels[i], "score": float(values[i])} for i in order]
+    order = top_indices(probs, k)
+    values = probs[order].tolist()       # python floats, only for the k ranked
+    if probs.dtype.kind != "f":
+        values = [float(v) for v in values]
+    top = [{"index": i, "label": labels[i], "score": v} for i, v in zip(order, values)]
     class_id = order[0]
-    scores = Scores(((keys[i], t["score"]) for i, t in zip(order, top)), class_id=class_id, top_k=top)
+    scores = Scores(zip([keys[i] for i in order], values), class_id=class_id, top_k=top)
     return labels[class_id], class_id, scores, top
 
 

@@ -118,8 +118,8 @@ def to_8bit(img):
     return img
 
 
-def _from_array(arr: np.ndarray, limits, mode: str):
-    Image = _pil()
+def _check_array(arr: np.ndarray, limits) -> np.ndarray:
+    """A uint8 HxW / HxWxC (C in 1, 3, 4) array within the pixel limit, HxWx1 as HxW; else ``InputError``."""
     if arr.dtype != np.uint8:
         raise InputError(f"image arrays must be uint8, got {arr.dtype}", code=ec.INPUT_WRONG_DTYPE)
     if arr.ndim == 3 and arr.shape[2] == 1:
@@ -133,8 +133,37 @@ def _from_array(arr: np.ndarray, limits, mode: str):
     if h * w > limits.max_image_pixels:
         raise InputError(f"image is {w}x{h} pixels, over the limit of {limits.max_image_pixels}",
                          code=ec.INPUT_TOO_MANY_PIXELS, limit=limits.max_image_pixels)
+    return arr
+
+
+def _from_array(arr: np.ndarray, limits, mode: str):
+    arr = _check_array(arr, limits)
     src_mode = "L" if arr.ndim == 2 else ("RGB" if arr.shape[2] == 3 else "RGBA")
-    return Image.fromarray(np.ascontiguousarray(arr), mode=src_mode).convert(mode)
+    return _pil().fromarray(np.ascontiguousarray(arr), mode=src_mode).convert(mode)
+
+
+def decode_pixels(raw, limits, mode: str):
+    """:func:`decode`, except that an array already in ``mode`` (HxW or HxWx1 for "L", HxWx3
+    for "RGB") comes back as an HxWxC uint8 array, checked but not copied: PIL's
+    ``fromarray(a).convert(mode)`` of such an array is the array itself, so the round trip
+    (~50 µs on an 8x8 digit) is skipped. Any other input is a PIL image, as from ``decode``."""
+    if isinstance(raw, np.ndarray):
+        arr = _check_array(raw, limits)
+        if arr.ndim == 2:
+            if mode == "L":
+                return arr[:, :, None]
+        elif mode == "RGB" and arr.shape[2] == 3:
+            return arr
+        src_mode = "L" if arr.ndim == 2 else ("RGB" if arr.shape[2] == 3 else "RGBA")
+        return _pil().fromarray(np.ascontiguousarray(arr), mode=src_mode).convert(mode)
+    return decode(raw, limits, mode)
+
+
+def image_size(img) -> tuple[int, int]:
+    """``(width, height)`` of a PIL image or an HxW(xC) array."""
+    if isinstance(img, np.ndarray):
+        return int(img.shape[1]), int(img.shape[0])
+    return img.size
 
 
 def resize_half_pixel(x: np.ndarray, h: int, w: int) -> np.ndarray:
@@ -230,8 +259,17 @@ def input_plan(pre: dict, spec: dict, channels: int = 3):
     return ("lut", table)
 
 
+def _as_pil(x):
+    if not isinstance(x, np.ndarray):
+        return x
+    if x.ndim == 3 and x.shape[2] == 1:
+        x = x[:, :, 0]
+    return _pil().fromarray(np.ascontiguousarray(x), mode="L" if x.ndim == 2 else "RGB")
+
+
 def _pixels(img, pre: dict) -> np.ndarray:
-    """Resized HxWxC pixels, integer-valued (float32 from the half-pixel resize, else uint8)."""
+    """Resized HxWxC pixels, integer-valued (float32 from the half-pixel resize, else uint8).
+    ``img`` is a PIL image or an HxWxC uint8 array (:func:`decode_pixels`)."""
     h, w = pre["size"]
     method = pre.get("resize", "bilinear")
     if method == "bilinear-half-pixel":
@@ -243,6 +281,9 @@ def _pixels(img, pre: dict) -> np.ndarray:
             np.clip(x, 0, 255, out=x)
             np.floor(x, out=x)                                   # truncate, as the reference does
         return x
+    if isinstance(img, np.ndarray) and img.shape[:2] == (h, w):
+        return img if img.ndim == 3 else img[:, :, None]         # no resize: the pixels as they are
+    img = _as_pil(img)
     if img.size != (w, h):
         img = img.resize((w, h), resample=_RESAMPLE[method])
     x = np.asarray(img)
@@ -251,37 +292,62 @@ def _pixels(img, pre: dict) -> np.ndarray:
     return x
 
 
+class TensorPlan:
+    """Pixels (HxWxC) → the input tensor, everything that does not depend on the pixels
+    computed once (a task builds one at load). Integer-valued pixels index 256-entry tables
+    per channel: the quantized levels of an integer input (:func:`input_plan`), and for a
+    float input ``(p * scale - mean[c]) / std[c]``, computed in float32 exactly as the
+    per-pixel formula is, so the tensor is bit-identical to computing it pixel by pixel."""
+
+    __slots__ = ("kind", "table", "dtype", "nchw", "scale", "mean", "std", "ftable")
+
+    def __init__(self, pre: dict, spec: dict, channels: int = 3, plan=None):
+        self.kind, self.table = plan if plan is not None else input_plan(pre, spec, channels)
+        self.dtype = np.dtype(spec["dtype"])
+        self.nchw = pre.get("layout", "NHWC" if pre.get("input") == "pixels" else "NCHW") == "NCHW"
+        self.ftable = np.zeros((1, 256), np.float32)      # the float input's table (set below)
+        if self.kind == "float":
+            scale, mean, std = normalisation(pre, spec)
+            self.scale = np.float32(scale)
+            self.mean, self.std = mean.astype(np.float32), std.astype(np.float32)
+            p = np.arange(256, dtype=np.float32) * self.scale
+            self.ftable = (p[None, :] - self.mean[:, None]) / self.std[:, None]      # [C or 1, 256] float32
+
+    @staticmethod
+    def _lookup(table: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        if table.shape[0] == 1:
+            return table[0][idx]
+        return table[np.arange(idx.shape[2])[None, None, :] % table.shape[0], idx]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        kind = self.kind
+        if kind == "float":
+            if x.dtype == np.uint8:
+                out = self._lookup(self.ftable, x)
+            else:
+                out = (x.astype(np.float32) * self.scale - self.mean) / self.std
+        elif kind == "cast":
+            out = x.astype(self.dtype)
+        elif kind == "shift":
+            out = (x.astype(np.int16) - 128).astype(np.int8)
+        else:
+            out = self._lookup(self.table, x if x.dtype == np.uint8 else x.astype(np.uint8))
+        if self.nchw:
+            out = np.ascontiguousarray(out.transpose(2, 0, 1))
+        out = out[None]
+        return out if out.dtype == self.dtype else out.astype(self.dtype)
+
+
 def to_tensor(img, pre: dict, spec: dict, plan=None) -> np.ndarray:
     """Resize, normalise, lay out and (for integer inputs) quantize.
 
     ``plan`` is :func:`input_plan` for ``pre``/``spec`` (computed here when not
-    given; a task computes it once at load).
+    given; a task computes it once at load), or a :class:`TensorPlan`.
     """
     x = _pixels(img, pre)
-    if plan is None:
-        plan = input_plan(pre, spec, x.shape[2])
-    kind, table = plan
-    dtype = np.dtype(spec["dtype"])
-    layout = pre.get("layout", "NHWC" if pre.get("input") == "pixels" else "NCHW")
-    if kind == "float":
-        scale, mean, std = normalisation(pre, spec)
-        x = x.astype(np.float32) * np.float32(scale)
-        x = (x - mean.astype(np.float32)) / std.astype(np.float32)
-        out = x
-    elif kind == "cast":
-        out = x.astype(dtype)
-    elif kind == "shift":
-        out = (x.astype(np.int16) - 128).astype(np.int8)
-    else:
-        idx = x.astype(np.uint8)
-        if table.shape[0] == 1:
-            out = table[0][idx]
-        else:
-            out = table[np.arange(idx.shape[2])[None, None, :] % table.shape[0], idx]
-    if layout == "NCHW":
-        out = np.ascontiguousarray(out.transpose(2, 0, 1))
-    out = out[None]
-    return out if out.dtype == dtype else out.astype(dtype)
+    if not isinstance(plan, TensorPlan):
+        plan = TensorPlan(pre, spec, x.shape[2], plan)
+    return plan(x)
 
 
 def load_image_samples(path) -> list:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
 
-from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, dequantize, is_number,
+from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, is_number,
                    preprocess_error, rank_classes, score_keys, softmax)
-from .image import _RESAMPLE, _pil, decode, input_plan, load_image_samples, to_tensor
+from .image import (_RESAMPLE, TensorPlan, _pil, _pixels, decode_pixels, image_size, input_plan,
+                    load_image_samples)
 
 LAYOUTS = ("NCHW", "NHWC")
 RESIZE_METHODS = tuple(_RESAMPLE) + ("bilinear-half-pixel",)
@@ -205,6 +208,10 @@ class ImageClassification(Task):
         self.top_k = self.post.get("top_k", 5)
         self.apply_softmax = self.post.get("softmax", True)
         self.plan = input_plan(self.pre, self.input, channels)
+        self.tensorize = TensorPlan(self.pre, self.input, channels, self.plan)
+        self._input_name = self.input["name"]
+        q = spec.get("quantization")        # the score output's dequantization, read once
+        self._out_q = (float(q["zero_point"]), float(q["scale"])) if q else None
 
     def warmup_sample(self):
         import io
@@ -220,13 +227,17 @@ class ImageClassification(Task):
         return super().request_bytes(raw)
 
     def prepare(self, raw, limits) -> Prepared:
-        img = decode(raw, limits, self.mode)
-        x = to_tensor(img, self.pre, self.input, self.plan)
-        return Prepared(bucket=0, feeds={self.input["name"]: x}, length=img.size[0] * img.size[1])
+        img = decode_pixels(raw, limits, self.mode)     # an array in the model's mode skips PIL
+        w, h = image_size(img)
+        x = self.tensorize(_pixels(img, self.pre))
+        return Prepared(bucket=0, feeds={self._input_name: x}, length=w * h)
 
     def finish(self, outputs, prepared) -> TaskOutput:
-        spec = self.output_spec(self.output)
-        vals = dequantize(outputs[self.output], spec).reshape(-1)
+        arr = outputs[self.output]
+        if self._out_q is not None and arr.dtype.kind in "iu":      # dequantize(), the spec read at load
+            vals = ((arr.astype(np.float32) - self._out_q[0]) * self._out_q[1]).reshape(-1)
+        else:
+            vals = arr.astype(np.float32, copy=False).reshape(-1)
         probs = softmax(vals) if self.apply_softmax else vals
         label, class_id, scores, top = rank_classes(probs, self.labels, self.top_k, self.keys)
         return TaskOutput(prediction=label, scores=scores, class_id=class_id, top_k=top)

@@ -31,7 +31,7 @@ from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError
 
 from .base import is_number, preprocess_error
-from .image import _RESAMPLE, _pil, decode, input_plan, resize_half_pixel, to_tensor
+from .image import _RESAMPLE, TensorPlan, _pil, decode, input_plan, resize_half_pixel
 
 RESIZE_MODES = ("stretch", "letterbox")
 PAD_POSITIONS = ("top-left", "center")
@@ -135,6 +135,7 @@ class VisionInput:
         self._tensor_pre = {k: v for k, v in pre.items() if k not in ("resize", "interpolation")}
         self._tensor_pre["resize"] = "bilinear-half-pixel"
         self.plan = input_plan(self._tensor_pre, spec, channels)
+        self.tensorize = TensorPlan(self._tensor_pre, spec, channels, self.plan)    # built once, not per call
         _pil()
 
     def geometry(self, w0: int, h0: int) -> Geometry:
@@ -174,7 +175,7 @@ class VisionInput:
         img = decode(raw, limits, self.mode)
         w0, h0 = img.size
         geo = self.geometry(w0, h0)
-        return to_tensor(self.pixels(img, geo), self._tensor_pre, self.spec, self.plan), geo, w0 * h0
+        return self.tensorize(self.pixels(img, geo)), geo, w0 * h0
 
     def warmup_sample(self) -> bytes:
         buf = io.BytesIO()

@@ -1,0 +1,163 @@
+"""The contracts the per-call fast paths (issue #20) must keep: same answers, unique trace ids."""
+
+from __future__ import annotations
+
+import io
+import multiprocessing as mp
+import re
+import threading
+
+import numpy as np
+import pytest
+
+from edge_runtime.limits import DEFAULT_LIMITS
+from edge_runtime.models.base import rank_classes, softmax, top_indices
+from edge_runtime.models.image import TensorPlan, _pixels, decode, decode_pixels, input_plan, normalisation
+from edge_runtime.result import InferenceResult, new_trace_id
+
+HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+# -- trace ids -------------------------------------------------------------------------------
+def test_trace_ids_are_32_hex_and_unique_across_threads():
+    seen: list[list[str]] = [[] for _ in range(8)]
+
+    def work(k):
+        seen[k].extend(new_trace_id() for _ in range(5000))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [i for s in seen for i in s]
+    assert len(set(ids)) == len(ids) == 40000
+    assert all(HEX32.fullmatch(i) for i in ids)
+
+
+def _child_ids(q):
+    from edge_runtime.result import new_trace_id as make
+
+    q.put([make() for _ in range(100)])
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_trace_ids_are_unique_across_processes(method):
+    if method not in mp.get_all_start_methods():
+        pytest.skip(f"no {method} here")
+    ctx = mp.get_context(method)
+    mine = [new_trace_id() for _ in range(100)]      # the parent has used its counter: a forked
+    q = ctx.Queue()                                   # child must not repeat what follows
+    procs = [ctx.Process(target=_child_ids, args=(q,)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    got = [q.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(60)
+    after = [new_trace_id() for _ in range(100)]
+    ids = mine + after + [i for g in got for i in g]
+    assert len(set(ids)) == len(ids)
+    prefixes = {i[:16] for g in got for i in g[:1]} | {mine[0][:16]}
+    assert len(prefixes) == 4                         # each process its own random prefix
+
+
+def test_result_fast_constructor_equals_the_dataclass():
+    from edge_runtime.models.base import Scores
+
+    scores = Scores({"a": 0.75, "b": 0.25}, class_id=3, top_k=[{"index": 3, "label": "a", "score": 0.75}])
+    fields = dict(prediction="a", scores=scores, embedding=None, latency_ms=1.5, device="x:cpu", target="t",
+                  model="m", version="1", trace_id="0" * 32, bucket="static", truncated=False, input_length=64,
+                  outputs=None, class_id=None, top_k=None, raw_outputs=None, detections=None, keypoints=None)
+    slow = InferenceResult(**fields)
+    fast = InferenceResult._make(dict(fields))
+    assert fast == slow and repr(fast) == repr(slow) and fast.to_dict() == slow.to_dict()
+    assert fast.class_id == 3 and fast.top_k == scores.top_k
+    with pytest.raises(AttributeError):
+        fast.prediction = "b"                         # still frozen
+
+
+# -- ranking ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [3, 10, 64, 65, 1001])
+def test_top_indices_is_the_stable_argsort(n):
+    rng = np.random.default_rng(n)
+    for trial in range(200):
+        v = (rng.integers(-4, 4, n) if trial % 2 else rng.standard_normal(n)).astype(np.float32)
+        if trial % 5 == 0:
+            v[rng.integers(0, n, 2)] = np.nan
+        if trial % 7 == 0:
+            v[rng.integers(0, n, 2)] = -np.inf
+        for k in (None, 1, 5, 8, 9, 40, n, n + 5):
+            want = np.argsort(-v, kind="stable")
+            assert top_indices(v, k) == (want[:k] if k else want).tolist(), (n, k, trial)
+
+
+def test_rank_classes_scores_are_python_floats_of_the_probabilities():
+    p = softmax(np.array([1.0, 3.0, 3.0, -2.0, 0.5], np.float32))
+    label, cid, scores, top = rank_classes(p, list("abcde"), 3)
+    assert (label, cid) == ("b", 1) and [t["index"] for t in top] == [1, 2, 0]
+    assert all(type(t["score"]) is float and t["score"] == float(p[t["index"]]) for t in top)
+    assert list(scores) == ["b", "c", "a"]
+
+
+# -- pixels to tensor ------------------------------------------------------------------------
+def _slow_float(x, pre, spec):
+    scale, mean, std = normalisation(pre, spec)
+    x = x.astype(np.float32) * np.float32(scale)
+    return (x - mean.astype(np.float32)) / std.astype(np.float32)
+
+
+@pytest.mark.parametrize("mean,std,c", [([0.5], [0.5], 1), ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225], 3),
+                                        ([0.0], [1.0], 3), ([127.5], [127.5], 3)])
+def test_float_table_is_bit_identical_to_the_formula(mean, std, c):
+    pre = {"size": [4, 4], "scale": 1 / 255 if mean[0] < 1 else 1.0, "mean": mean, "std": std, "layout": "NHWC"}
+    spec = {"name": "x", "dtype": "float32", "shape": [1, 4, 4, c]}
+    x = np.arange(256, dtype=np.uint8).reshape(16, 16, 1).repeat(c, axis=2)
+    got = TensorPlan(pre, spec, c)(x)[0]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, _slow_float(x, pre, spec))
+
+
+def _png(a: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(a).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("mode", ["L", "RGB"])
+@pytest.mark.parametrize("shape", [(8, 8), (8, 8, 1), (8, 8, 3), (8, 8, 4), (13, 9), (13, 9, 3)])
+def test_array_fast_path_equals_the_pil_round_trip(mode, shape):
+    rng = np.random.default_rng(sum(shape))
+    a = rng.integers(0, 256, shape, dtype=np.uint8)
+    c = 1 if mode == "L" else 3
+    for resize in ("bilinear", "nearest", "bilinear-half-pixel"):
+        pre = {"size": [8, 8], "channels": c, "scale": 1 / 255, "mean": [0.5], "std": [0.5], "resize": resize,
+               "layout": "NCHW"}
+        for dtype, q in (("float32", None), ("int8", {"scale": 0.0078, "zero_point": -1}),
+                         ("uint8", {"scale": 1 / 255, "zero_point": 0})):
+            spec = {"name": "x", "dtype": dtype, "shape": [1, c, 8, 8], **({"quantization": q} if q else {})}
+            plan = TensorPlan(pre, spec, c, input_plan(pre, spec, c))
+            fast = plan(_pixels(decode_pixels(a, DEFAULT_LIMITS, mode), pre))
+            slow = plan(_pixels(decode(a, DEFAULT_LIMITS, mode), pre))
+            assert fast.dtype == slow.dtype == np.dtype(dtype)
+            np.testing.assert_array_equal(fast, slow)
+    assert not np.shares_memory(plan(_pixels(decode_pixels(a, DEFAULT_LIMITS, mode), pre)), a)
+
+
+def test_digits_array_path_and_image_path_agree(digits_artifact):
+    import edge_runtime as er
+    from edge_runtime.converters.zoo import ZOO
+    from PIL import Image
+
+    paths = sorted((ZOO / "digits-cnn" / "held_out").rglob("*.png"))[:40]
+    with er.load(digits_artifact, device="onnxruntime") as rt:
+        for p in paths:
+            a = np.asarray(Image.open(p).convert("L"))
+            r_arr, r_path, r_png = rt.infer(a), rt.infer(str(p)), rt.infer(_png(a))
+            want = r_path.to_dict()
+            for r in (r_arr, r_png):
+                d = r.to_dict()
+                assert {k: d[k] for k in ("prediction", "class_id", "scores", "top_k", "input_length")} == \
+                    {k: want[k] for k in ("prediction", "class_id", "scores", "top_k", "input_length")}
+                assert set(d) == set(want)
