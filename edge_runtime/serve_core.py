@@ -14,8 +14,9 @@ everything else happens here, once for both protocols:
   ``max_queue`` wait; beyond that a request is refused at once
   (``overloaded``: HTTP 429, gRPC RESOURCE_EXHAUSTED), never queued unbounded;
 - dynamic batching: for backends with a batch path (``capabilities.batched``:
-  OpenVINO's AsyncInferQueue) requests arriving within ``batch_delay_ms`` of
-  the first are merged into one ``infer_batch`` (at most ``max_batch_items``);
+  OpenVINO's AsyncInferQueue) a request to an idle model runs at once; while a
+  batch runs, requests arriving within ``batch_delay_ms`` of the first waiting
+  one are merged into one ``infer_batch`` (at most ``max_batch_items``);
 - model calls run on a thread pool, never on the event loop;
 - errors: the runtime's typed errors map to a status (``STATUS_OF``), the code
   passes through.
@@ -101,6 +102,7 @@ class _Model:
     sem: asyncio.Semaphore | None = None
     pending: list[_Job] = field(default_factory=list)
     flush_handle: asyncio.TimerHandle | None = None
+    batches_out: int = 0              # dynamic batches flushed and not finished
 
 
 class ServeCore:
@@ -334,8 +336,8 @@ class ServeCore:
         job = _Job(items, asyncio.get_running_loop().create_future(), t_end)
         m.pending.append(job)
         m.waiting += 1
-        if sum(len(j.items) for j in m.pending) >= self.max_batch_items:
-            self._flush(m)
+        if m.batches_out == 0 or sum(len(j.items) for j in m.pending) >= self.max_batch_items:
+            self._flush(m)          # an idle model never makes a request wait for company
         elif m.flush_handle is None:
             m.flush_handle = asyncio.get_running_loop().call_later(self.batch_delay_s, self._flush, m)
         return await job.future
@@ -346,6 +348,7 @@ class ServeCore:
             m.flush_handle = None
         jobs, m.pending = m.pending, []
         if jobs:      # the task is kept until done: the loop holds only a weak reference to it
+            m.batches_out += 1
             task = asyncio.get_running_loop().create_task(self._run_jobs(m, jobs))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -373,6 +376,7 @@ class ServeCore:
                     j.future.set_exception(exc)
         finally:
             m.running -= len(jobs)
+            m.batches_out -= 1
             m.sem.release()
 
     def _response(self, m: _Model, req: InferRequest, results: list, t0: float) -> InferResponse:

@@ -116,9 +116,12 @@ def _bytes_tensor(name: str, values: list[bytes]) -> Tensor:
     return Tensor(name, BYTES, [len(values)], values)
 
 
+_BY_DTYPE = {np.dtype(v): k for k, v in DATATYPES.items()}
+
+
 def _array_tensor(name: str, arr: np.ndarray) -> Tensor:
     arr = np.ascontiguousarray(arr)
-    return Tensor(name, datatype_of(arr), list(arr.shape), arr)
+    return Tensor(name, _BY_DTYPE.get(arr.dtype) or datatype_of(arr), list(arr.shape), arr)
 
 
 def output_makers(results: list) -> dict[str, Callable[[], Tensor]]:

@@ -53,7 +53,7 @@ class InferRequest:
     inputs: list[Tensor]
     id: str | None = None
     outputs: list[str] | None = None          # requested output names; None = every output
-    parameters: dict[str, Any] = field(default_factory=dict)   # e.g. "timeout" (ms), task options
+    parameters: dict[str, Any] = field(default_factory=dict)   # e.g. "timeout" (µs, as tritonclient)
     received_bytes: int = 0                   # the request's size on the wire, for metrics
 
 

@@ -1,0 +1,232 @@
+"""Serve benchmark (not a test): ``edge-infer serve`` over HTTP (the real tritonclient, binary tensors,
+loopback) against the same artifact in-process, blocks alternating, one run.
+
+- MiniLM classifier, seq-64 bucket: HTTP request p50 / in-process ``rt.infer`` p50 (goal <= 1.15);
+- digits: the added cost, HTTP p50 - in-process p50 (goal <= 0.5 ms);
+- Coral MobileNetV2 (mobilenet_v2_1.0_224_quant, cat.bmp): throughput at concurrency 16 over HTTP /
+  in-process ``infer_batch`` of 16 (goal >= 0.8);
+- news-title sentiment: SST-2 sentences one at a time through the server, p50 / p99 (the seed's SLA is
+  p99 <= 100 ms on a GPU; ours is on this CPU);
+- cold start: process start to the ``ready`` line (load + probe-set verify + warm-up included).
+
+Usage: python bench/bench_serve.py [--minilm ART] [--digits ART] [--coral ART] [--rounds 3] [--calls 200]
+                                   [--out bench/results/serve.json]
+Artifacts not given are built (MiniLM ~1 min) or imported into a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(ROOT / "tests"))
+from serve_proc import ServerProc  # noqa: E402
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def build(args, tmp: Path) -> dict[str, Path]:
+    from edge_runtime.converters.pipeline import convert
+    from edge_runtime.converters.tflite_import import import_tflite
+    from edge_runtime.converters.zoo import convert_request
+
+    arts = {}
+    arts["digits"] = args.digits or tmp / "digits"
+    if not args.digits:
+        convert(convert_request("digits-cnn", "image-classification", arts["digits"]))
+    arts["minilm"] = args.minilm or tmp / "minilm"
+    if not args.minilm:
+        convert(convert_request("minilm", "text-classification", arts["minilm"], cache=ROOT / "tests" / ".cache",
+                                targets=["onnx-int8"], parity_data=SHARED / "text" / "sst2" / "dev.tsv"))
+    arts["coral"] = args.coral or tmp / "mnv2"
+    if not args.coral:
+        import_tflite(SHARED / "coral" / "mobilenet_v2_1.0_224_quant.tflite", arts["coral"],
+                      labels=SHARED / "coral" / "imagenet_labels.txt")
+    return arts
+
+
+def sst2(n: int) -> list[str]:
+    rows = (SHARED / "text" / "sst2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    return [r.split("\t")[0].strip() for r in rows if r.strip()][:n]
+
+
+def p(values, q) -> float:
+    return float(np.percentile(np.asarray(values) * 1000, q))
+
+
+def timed(fn, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def latency_pair(rt, client, model: str, raw, make_input, rounds: int, calls: int) -> dict:
+    """p50 ms of in-process ``rt.infer(raw)`` and of one HTTP request, blocks alternating each round."""
+    inproc, http = [], []
+    inputs = [make_input()]
+    for _ in range(20):
+        rt.infer(raw)
+        client.infer(model, inputs)
+    for r in range(rounds):
+        blocks = [("in", lambda: rt.infer(raw)), ("http", lambda: client.infer(model, inputs))]
+        for name, fn in (blocks if r % 2 == 0 else blocks[::-1]):
+            (inproc if name == "in" else http).append(p(timed(fn, calls), 50))
+    a, b = statistics.median(inproc), statistics.median(http)
+    return {"inproc_p50_ms": round(a, 3), "http_p50_ms": round(b, 3), "ratio": round(b / a, 3),
+            "added_ms": round(b - a, 3), "rounds_inproc": inproc, "rounds_http": http}
+
+
+def http_throughput(client, model: str, inputs, n: int, concurrency: int) -> float:
+    window: collections.deque = collections.deque()
+    t0, sent = time.perf_counter(), 0
+    while sent < n or window:
+        while sent < n and len(window) < concurrency:
+            window.append(client.async_infer(model, inputs))
+            sent += 1
+        window.popleft().get_result(timeout=120)
+    return n / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minilm", type=Path)
+    ap.add_argument("--digits", type=Path)
+    ap.add_argument("--coral", type=Path)
+    ap.add_argument("--ov-digits", type=Path, help="a digits artifact with an openvino variant: sweep --batch-delay-ms")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--sentiment", type=int, default=500, help="SST-2 sentences for the p99")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "serve.json")
+    args = ap.parse_args()
+    import tritonclient.http as th
+
+    import edge_runtime as er
+
+    def bytes_input(values):
+        inp = th.InferInput("x", [len(values)], "BYTES")
+        inp.set_data_from_numpy(np.array(values, dtype=object))
+        return inp
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    arts = build(args, tmp)
+    out: dict = {"cpu": cpu_name(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "note": "one run on a shared 2-core box: trust ratios more than absolute figures",
+                 "rounds": args.rounds, "calls": args.calls}
+
+    # cold start (process start -> ready line) and the latency pairs
+    for key in ("digits", "minilm"):
+        t0 = time.perf_counter()
+        srv = ServerProc(arts[key])
+        cold = time.perf_counter() - t0
+        client = th.InferenceServerClient(srv.http)
+        try:
+            with er.load(arts[key]) as rt:
+                model = rt.artifact.name
+                if key == "minilm":
+                    text = next(t for t in sst2(200) if rt.infer(t).bucket == "seq64")
+                    raw, make = text, (lambda: bytes_input([text.encode()]))
+                else:
+                    raw = sorted((ROOT / "models/zoo/digits-cnn/held_out").rglob("*.png"))[0].read_bytes()
+                    make = (lambda: bytes_input([raw]))
+                out[key] = latency_pair(rt, client, model, raw, make, args.rounds, args.calls)
+                out[key].update(cold_start_to_ready_s=round(cold, 3), ready_line=srv.ready_line,
+                                device=rt.device, target=rt.variant.target)
+            if key == "minilm":        # the seed's headline service: one sentence at a time through the server
+                lat = timed_each(client, model, [bytes_input([t.encode()]) for t in sst2(args.sentiment)])
+                out["sentiment"] = {"sentences": len(lat), "p50_ms": round(p(lat, 50), 3),
+                                    "p99_ms": round(p(lat, 99), 3), "seed_sla_p99_ms_gpu": 100}
+        finally:
+            client.close()
+            srv.stop()
+        print(json.dumps({k: v for k, v in out.items() if k in (key, "sentiment")}), flush=True)
+
+    # throughput at concurrency 16 on MobileNetV2: HTTP vs in-process infer_batch of 16
+    cat = (SHARED / "coral" / "cat.bmp").read_bytes()
+    srv = ServerProc(arts["coral"])
+    client = th.InferenceServerClient(srv.http, concurrency=16)
+    try:
+        with er.load(arts["coral"]) as rt:
+            model, n = rt.artifact.name, 160
+            inputs = [bytes_input([cat])]
+            rt.infer_batch([cat] * 16)
+            http_throughput(client, model, inputs, 32, 16)
+            ins, https = [], []
+            for r in range(args.rounds):
+                def inproc():
+                    t0 = time.perf_counter()
+                    for _ in range(n // 16):
+                        rt.infer_batch([cat] * 16)
+                    return n / (time.perf_counter() - t0)
+                blocks = [("in", inproc), ("http", lambda: http_throughput(client, model, inputs, n, 16))]
+                for name, fn in (blocks if r % 2 == 0 else blocks[::-1]):
+                    (ins if name == "in" else https).append(fn())
+            a, b = statistics.median(ins), statistics.median(https)
+            out["mobilenet_v2_throughput"] = {"inproc_infer_batch_per_s": round(a, 1), "http_c16_per_s": round(b, 1),
+                                              "ratio": round(b / a, 3), "device": rt.device, "rounds_inproc": ins,
+                                              "rounds_http": https}
+    finally:
+        client.close()
+        srv.stop()
+    if args.ov_digits:       # the dynamic-batching window on a batched backend (OpenVINO): the default's measurement
+        out["batch_delay"] = batch_delay_sweep(th, args.ov_digits, bytes_input)
+    out["goals"] = {"minilm_seq64_ratio<=1.15": out["minilm"]["ratio"] <= 1.15,
+                    "digits_added_ms<=0.5": out["digits"]["added_ms"] <= 0.5,
+                    "mnv2_throughput_ratio>=0.8": out["mobilenet_v2_throughput"]["ratio"] >= 0.8}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
+
+
+def batch_delay_sweep(th, art: Path, bytes_input, delays=(0, 1, 2, 5), n: int = 600) -> dict:
+    """Per --batch-delay-ms: throughput at concurrency 16 and a lone request's p50 (concurrency 1)."""
+    raw = sorted((ROOT / "models/zoo/digits-cnn/held_out").rglob("*.png"))[0].read_bytes()
+    inputs = [bytes_input([raw])]
+    out = {}
+    for d in delays:
+        srv = ServerProc(art, args=("--device", "openvino", "--batch-delay-ms", str(d)))
+        client = th.InferenceServerClient(srv.http, concurrency=16)
+        try:
+            http_throughput(client, "digits-cnn", inputs, 64, 16)
+            rate = statistics.median(http_throughput(client, "digits-cnn", inputs, n, 16) for _ in range(3))
+            lone = p(timed(lambda: client.infer("digits-cnn", inputs), 200), 50)
+            out[str(d)] = {"c16_per_s": round(rate, 1), "c1_p50_ms": round(lone, 3)}
+        finally:
+            client.close()
+            srv.stop()
+        print(json.dumps({"batch_delay_ms": d, **out[str(d)]}), flush=True)
+    return out
+
+
+def timed_each(client, model, inputs_list) -> list[float]:
+    out = []
+    for inp in inputs_list:
+        t0 = time.perf_counter()
+        client.infer(model, [inp])
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+if __name__ == "__main__":
+    main()
