@@ -394,29 +394,7 @@ class ServeCore:
         self._rejections[reason] += 1
 
     def metrics_text(self) -> str:
-        from .metrics import _labels, prometheus_text
+        """Prometheus text: ``rt.metrics()`` of every model, then the server's counters (``serve_metrics``)."""
+        from .serve_metrics import metrics_text
 
-        lines = [prometheus_text([m.rt.metrics() for m in self.models.values()]).rstrip("\n")] if self.models else []
-
-        def family(name: str, kind: str, help_text: str, rows: list[tuple[dict, Any]]) -> None:
-            lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} {kind}")
-            lines.extend(f"{name}{_labels(labels)} {value}" for labels, value in rows)
-
-        family("edge_serve_requests_total", "counter", "Inference requests answered, per model and status.",
-               [({"model": n, "status": s}, c) for (n, s), c in sorted(self._requests.items())])
-        family("edge_serve_in_flight", "gauge", "Requests running on a model now.",
-               [({"model": m.name, "version": m.version}, m.running) for m in self.models.values()])
-        family("edge_serve_queue_depth", "gauge", "Requests waiting for a model now.",
-               [({"model": m.name, "version": m.version}, m.waiting) for m in self.models.values()])
-        family("edge_serve_rejections_total", "counter", "Requests refused before any model work, per reason.",
-               [({"reason": r}, c) for r, c in sorted(self._rejections.items())])
-        family("edge_serve_batches_total", "counter", "Dynamic batches run (merged requests).",
-               [({}, self._batches)])
-        family("edge_serve_batched_requests_total", "counter", "Requests that went through a dynamic batch.",
-               [({}, self._batched_requests)])
-        family("edge_serve_received_bytes_total", "counter", "Inference request bytes received.",
-               [({}, self._received_bytes)])
-        family("edge_serve_ready", "gauge", "1 when every model is loaded and the server is not draining.",
-               [({}, int(self.ready))])
-        return "\n".join(lines) + "\n"
+        return metrics_text(self)

@@ -1,0 +1,36 @@
+"""``GET /metrics`` of ``edge-infer serve``: the runtime's figures per model plus the server's counters
+(requests per model and status, in flight, queue depth, rejections by reason, dynamic batches, bytes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .metrics import _labels, prometheus_text
+
+
+def metrics_text(core) -> str:
+    """Prometheus text for a ``ServeCore``: each model's ``rt.metrics()`` and the server's own counters."""
+    lines = [prometheus_text([m.rt.metrics() for m in core.models.values()]).rstrip("\n")] if core.models else []
+
+    def family(name: str, kind: str, help_text: str, rows: list[tuple[dict, Any]]) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(f"{name}{_labels(labels)} {value}" for labels, value in rows)
+
+    family("edge_serve_requests_total", "counter", "Inference requests answered, per model and status.",
+           [({"model": n, "status": s}, c) for (n, s), c in sorted(core._requests.items())])
+    family("edge_serve_in_flight", "gauge", "Requests running on a model now.",
+           [({"model": m.name, "version": m.version}, m.running) for m in core.models.values()])
+    family("edge_serve_queue_depth", "gauge", "Requests waiting for a model now.",
+           [({"model": m.name, "version": m.version}, m.waiting) for m in core.models.values()])
+    family("edge_serve_rejections_total", "counter", "Requests refused before any model work, per reason.",
+           [({"reason": r}, c) for r, c in sorted(core._rejections.items())])
+    family("edge_serve_batches_total", "counter", "Dynamic batches run (merged requests).",
+           [({}, core._batches)])
+    family("edge_serve_batched_requests_total", "counter", "Requests that went through a dynamic batch.",
+           [({}, core._batched_requests)])
+    family("edge_serve_received_bytes_total", "counter", "Inference request bytes received.",
+           [({}, core._received_bytes)])
+    family("edge_serve_ready", "gauge", "1 when every model is loaded and the server is not draining.",
+           [({}, int(core.ready))])
+    return "\n".join(lines) + "\n"
