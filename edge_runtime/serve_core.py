@@ -81,6 +81,17 @@ def artifacts_in(repository: str | Path) -> list[Path]:
     return found
 
 
+def _has_probe_set(path: Path) -> bool:
+    """Imported artifacts carry no probe set: they load unverified here (``edge-infer verify`` says why)."""
+    from .artifact import load_artifact
+    from .probe import section_of
+
+    if section_of(load_artifact(path, verify=False).manifest) is not None:
+        return True
+    log.warning("%s has no probe set (imported): served without the parity check on this machine", path)
+    return False
+
+
 @dataclass
 class _Job:
     items: list
@@ -150,7 +161,8 @@ class ServeCore:
         t0 = time.perf_counter()
         try:
             for path in self.artifacts:
-                rt = er.load(path, device=self.device, device_options=self.device_options, verify=self.verify)
+                rt = er.load(path, device=self.device, device_options=self.device_options,
+                             verify=self.verify and _has_probe_set(path))
                 key = (rt.artifact.name, str(rt.artifact.version))
                 if key in self.models:
                     rt.close()

@@ -378,3 +378,21 @@ def test_dynamic_batching_merges_requests_on_a_batched_backend(ov_digits_artifac
         c.close()
     with er.load(ov_digits_artifact, device="openvino") as rt:
         assert [r.prediction for r in rt.infer_batch(images)] == labels
+
+
+def test_imported_artifact_without_probe_set_is_served(coral_artifact):
+    """An imported artifact has no probe set: it is served unverified (with a warning), never refused."""
+    from conftest import shared
+    from edge_runtime.serve_core import ServeCore
+
+    cat = shared("coral", "cat.bmp").read_bytes()
+    c = ServeCore([coral_artifact])
+    try:
+        c.load_all()
+        (m,) = c.models.values()
+        resp = asyncio.run(c.infer(InferRequest(m.name, None, [Tensor("image", "BYTES", [1], [cat])],
+                                                outputs=["label", "result"])))
+        assert "cat" in resp.outputs[0].data[0].decode()
+        assert resp.outputs[1].name == "result" and b'"top_k"' in resp.outputs[1].data[0]
+    finally:
+        c.close()
