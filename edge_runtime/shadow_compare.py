@@ -40,13 +40,13 @@ def kind_of(result: dict) -> str:
         return "detection"
     if result.get("keypoints") is not None:
         return "keypoints"
+    outs = result.get("outputs") or {}
+    if "mask" in outs:                  # before the classifier check: a segmentation names its main class too
+        return "segmentation"
     if result.get("class_id") is not None or result.get("top_k"):
         return "classification"
     if result.get("embedding") is not None:
         return "embedding"
-    outs = result.get("outputs") or {}
-    if "mask" in outs:
-        return "segmentation"
     if outs:
         return "tensors"
     return "other"

@@ -229,3 +229,27 @@ def test_a_nan_result_is_written_as_that_sides_failure():
     s = ShadowSummary()
     s.add(written)
     assert s.compared == 1 and s.only_b_failed == 1 and s.agreement == 0.0
+
+
+def test_detection_and_segmentation_run_end_to_end(make_artifact, tmp_path):
+    """The CLI path of the vision tasks on tiny fake-backend artifacts (the comparison itself is
+    checked above): every image gets its line with the task's figure."""
+    from factories import png_bytes
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        (folder / f"{i}.png").write_bytes(png_bytes(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)))
+    for task, figure in (("object-detection", "f1"), ("semantic-segmentation", "pixel_agreement")):
+        a = make_artifact(task)
+        b = make_artifact(task, seed=5)
+        out = tmp_path / f"{task}.jsonl"
+        res = run("shadow", a, b, folder, "-o", out, "--json", "--quiet", "--report", tmp_path / f"{task}.html")
+        assert res.exit_code == 0, res.output
+        s = json.loads(res.stdout)
+        got = lines(out)
+        assert s["total"] == 3 and s["compared"] == 3 and s["kind"] == figure.replace("f1", "detection").replace(
+            "pixel_agreement", "segmentation")
+        assert all(figure in x["compare"] for x in got) and s["figures"][figure]["mean"] is not None
+        assert s["accuracy"] is None and "<svg" in (tmp_path / f"{task}.html").read_text()
