@@ -276,9 +276,11 @@ class ServeCore:
             deadline_ms = self._deadline_ms(m, req.parameters)
             options = {k: v for k, v in req.parameters.items() if k in m.rt.task.call_options} or None
             items = request_items(m.kind, m.inputs, req)
-            if m.running + m.waiting >= self.max_in_flight + self.max_queue:
+            # a batched model runs up to max_batch_items requests per slot
+            running_cap = self.max_in_flight * (self.max_batch_items if self._batches_on(m) else 1)
+            if m.running + m.waiting >= running_cap + self.max_queue:
                 raise ServeError("overloaded", f"model {m.name} has {m.running} request(s) running and {m.waiting} "
-                                 f"queued (bounds {self.max_in_flight} + {self.max_queue}); retry later",
+                                 f"queued (bounds {running_cap} + {self.max_queue}); retry later",
                                  ec.SERVE_OVERLOADED)
             self._enter()
             try:
@@ -321,7 +323,7 @@ class ServeCore:
     async def _run(self, m: _Model, items: list, t_end: float, options: dict | None) -> list:
         if m.sem is None:
             m.sem = asyncio.Semaphore(self.max_in_flight)
-        if m.batched and self.batch_delay_s > 0 and options is None and len(items) < self.max_batch_items:
+        if self._batches_on(m) and options is None and len(items) < self.max_batch_items:
             return await self._batched(m, items, t_end)
         m.waiting += 1
         try:
@@ -334,6 +336,9 @@ class ServeCore:
         finally:
             m.running -= 1
             m.sem.release()
+
+    def _batches_on(self, m: _Model) -> bool:
+        return m.batched and self.batch_delay_s > 0
 
     async def _call(self, m: _Model, items: list, t_end: float, options: dict | None) -> list:
         remaining_ms = (t_end - time.perf_counter()) * 1000
