@@ -535,14 +535,14 @@ def test_real_overload_and_not_ready(digits_artifact):
         items = [b for _, b in _digit_images()] * 20                   # 200 images a request: a few ms each
         done: list = []
         for _ in range(24):
-            c.async_infer(name, [_bytes_input("image", items)], callback=lambda r, e: done.append(e))
+            c.async_infer(name, [_bytes_input("image", items)], callback=lambda result, error: done.append(error))
         import time
 
         end = time.monotonic() + 60
         while len(done) < 24 and time.monotonic() < end:
             time.sleep(0.01)
         statuses = [e.status() if e is not None else "OK" for e in done]
-        assert len(statuses) == 24 and "OK" in statuses
+        assert len(statuses) == 24 and "OK" in statuses, [str(e) for e in done if e is not None][:3]
         assert "StatusCode.RESOURCE_EXHAUSTED" in statuses, statuses
         assert set(statuses) <= {"OK", "StatusCode.RESOURCE_EXHAUSTED"}
         assert srv.core._rejections["overloaded"] == statuses.count("StatusCode.RESOURCE_EXHAUSTED")
