@@ -83,17 +83,18 @@ def score(art: Path, src: Path, out: Path, *extra: str) -> dict:
 
 
 def cluster(cpus: int):
-    """A Ray head on loopback, started (and later stopped) by this process only: never ``ray stop``,
-    which would stop every Ray on the box."""
+    """A Ray head on this machine (on its own IP: Ray maps 127.0.0.1 to it), started and stopped
+    by this process only: never ``ray stop``, which would stop every Ray on the box."""
     from ray.cluster_utils import Cluster
 
     return Cluster(initialize_head=True, head_node_args={"num_cpus": cpus, "object_store_memory": STORE,
-                                                         "include_dashboard": False, "node_ip_address": "127.0.0.1"})
+                                                         "include_dashboard": False})
 
 
 def ray_init_seconds() -> float:
-    code = ("import time; t=time.perf_counter(); import ray; ray.init(object_store_memory=200_000_000, "
-            "include_dashboard=False, logging_level='ERROR'); print(time.perf_counter()-t); ray.shutdown()")
+    code = ("import time; t=time.perf_counter(); import ray; ray.init(address='local', "
+            "object_store_memory=200_000_000, include_dashboard=False, logging_level='ERROR'); "
+            "print(time.perf_counter()-t); ray.shutdown()")
     return round(float(subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True,
                                       timeout=300).stdout.strip().splitlines()[-1]), 3)
 
@@ -139,7 +140,7 @@ def main() -> None:
             scaling[m] = {"one_node_1_actor": ray_row(score(
                 arts[m], srcs[m], tmp / f"{m}-n1.jsonl", "--engine", "ray", "--address", c.address,
                 "--actors", "1", "--cpus-per-actor", "1"))}
-        c.add_node(num_cpus=1, object_store_memory=STORE, node_ip_address="127.0.0.1")     # a second raylet
+        c.add_node(num_cpus=1, object_store_memory=STORE)     # a second raylet on this machine
         c.wait_for_nodes()
         for m in models:
             scaling[m]["two_nodes_2_actors"] = ray_row(score(

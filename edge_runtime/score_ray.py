@@ -60,12 +60,11 @@ def start_ray(address: str | None = None, *, num_cpus: int | None = None) -> flo
     t0 = time.perf_counter()
     kw: dict = {"logging_level": "WARNING", "log_to_driver": False, "configure_logging": True}
     if address:
-        host = address.split("://")[-1].rsplit(":", 1)[0]
-        if host in ("127.0.0.1", "localhost"):      # a cluster on loopback: this driver's node is on it too
-            kw["_node_ip_address"] = "127.0.0.1"
         ray.init(address=address, **kw)
     else:
-        ray.init(num_cpus=num_cpus, object_store_memory=OBJECT_STORE_BYTES, include_dashboard=False, **kw)
+        # "local": a new Ray of this command's own, never a cluster some `ray start` left on the box
+        ray.init(address="local", num_cpus=num_cpus, object_store_memory=OBJECT_STORE_BYTES,
+                 include_dashboard=False, **kw)
     return time.perf_counter() - t0
 
 

@@ -28,8 +28,8 @@ N_GOOD = 1000
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray.init(num_cpus=4, object_store_memory=200_000_000, include_dashboard=False, logging_level="WARNING",
-             log_to_driver=False)
+    ray.init(address="local", num_cpus=4, object_store_memory=200_000_000, include_dashboard=False,
+             logging_level="WARNING", log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
