@@ -73,7 +73,7 @@ def _say(line: str) -> None:
               help="Requests running at once per model.")
 @click.option("--max-queue", default=64, show_default=True, type=click.IntRange(0),
               help="Requests waiting per model; beyond in-flight + queue the answer is 429.")
-@click.option("--batch-delay-ms", default=2.0, show_default=True, type=click.FloatRange(0),
+@click.option("--batch-delay-ms", default=1.0, show_default=True, type=click.FloatRange(0),
               help="Dynamic batching window for backends with a batch path (OpenVINO); 0 turns it off.")
 @click.option("--max-body-bytes", default=8 * 1024 * 1024, show_default=True, type=click.IntRange(1),
               help="Largest HTTP request body; a larger Content-Length is refused (413) unread.")

@@ -118,7 +118,7 @@ class _Model:
 
 class ServeCore:
     def __init__(self, artifacts: list[str | Path], *, device: str = "auto", device_options: dict | None = None,
-                 max_in_flight: int = 4, max_queue: int = 64, batch_delay_ms: float = 2.0,
+                 max_in_flight: int = 4, max_queue: int = 64, batch_delay_ms: float = 1.0,
                  max_body_bytes: int = 8 * 1024 * 1024, max_batch_items: int = 32, verify: bool = True):
         if not artifacts:
             raise InputError("serve needs at least one artifact", code=ec.INPUT_MISSING)
