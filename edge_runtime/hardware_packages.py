@@ -81,7 +81,7 @@ def onnxruntime_build(python_path: list | None = None) -> dict | None:
     except OSError:
         libs = []
     providers = ["cpu"]
-    for lib in libs:
+    for lib in sorted(libs):     # listdir order is the filesystem's (tmpfs differs from ext4)
         m = re.match(r"(?:lib)?onnxruntime_providers_([a-z0-9]+)\.(?:so|dll|dylib)", lib)
         if m and m.group(1) in _ORT_PROVIDER_LIBS:
             providers.append(_ORT_PROVIDER_LIBS[m.group(1)])
