@@ -149,4 +149,9 @@ def create_app(core: ServeCore, *, token: str | None = None, read_timeout_s: flo
         Route("/v2/models/{model}/versions/{version}/infer", guarded(infer), methods=["POST"]),
         Route("/metrics", guarded(metrics), methods=["GET"]),
     ]
-    return Starlette(routes=routes)
+    async def no_route(request: Request, exc: Exception) -> Response:   # unknown path or method: our body too
+        status = getattr(exc, "status_code", 404)
+        return JSONResponse({"error": f"no {request.method} {request.url.path} here (KServe v2 endpoints under /v2)",
+                             "code": ec.SERVE_REQUEST_MALFORMED}, status_code=status)
+
+    return Starlette(routes=routes, exception_handlers={404: no_route, 405: no_route})
