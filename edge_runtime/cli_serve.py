@@ -152,15 +152,16 @@ async def _run(core, host: str, port: int, grpc_port: int | None, token: str | N
     if http_task.done():
         http_task.result()
     grpc_server, grpc_where = None, "off"
-    if grpc_port is not None:
-        start_grpc, why = _grpc_starter()
-        if start_grpc is None:
-            click.echo(f"serving HTTP only: {why}", err=True)
-        else:
-            grpc_server = await start_grpc(core, host, grpc_port, token)
-            grpc_where = f"{host}:{getattr(grpc_server, 'edge_port', grpc_port)}"
-    load = asyncio.ensure_future(loop.run_in_executor(None, core.load_all))
+    load: asyncio.Future | None = None
     try:
+        if grpc_port is not None:
+            start_grpc, why = _grpc_starter()
+            if start_grpc is None:
+                click.echo(f"serving HTTP only: {why}", err=True)
+            else:
+                grpc_server = await start_grpc(core, host, grpc_port, token)
+                grpc_where = f"{host}:{getattr(grpc_server, 'edge_port', grpc_port)}"
+        load = asyncio.ensure_future(loop.run_in_executor(None, core.load_all))
         await asyncio.wait([load, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
         if load.done():
             load.result()            # a load error: stop the listeners, then the CLI reports it
@@ -172,7 +173,7 @@ async def _run(core, host: str, port: int, grpc_port: int | None, token: str | N
     finally:
         await _shutdown(core, server, http_task, grpc_server, drain_timeout)
     _say(f"stopped requests={core.accepted} answered={core.answered} unanswered={core.accepted - core.answered}"
-         + ("" if load.done() else " (before the models finished loading)"))
+         + ("" if load is not None and load.done() else " (before the models finished loading)"))
 
 
 async def _shutdown(core, server, http_task, grpc_server, drain_timeout: float) -> None:
