@@ -55,8 +55,8 @@ def test_10k_requests_then_sigterm_during_load(digits_artifact):
     try:
         client = th.InferenceServerClient(srv.http, concurrency=CONCURRENCY, connection_timeout=60,
                                           network_timeout=60)
-        warm = drive(client, 1000, inputs)
-        assert warm == {200: 1000}, warm
+        warm = drive(client, 500, inputs)             # allocator and caches settle before the RSS baseline
+        assert warm == {200: 500}, warm
         rss0 = srv.rss_kb()
         t0 = time.monotonic()
         out = drive(client, 10_000, inputs)
