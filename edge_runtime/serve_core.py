@@ -403,7 +403,7 @@ class ServeCore:
             "truncated": any(r.truncated for r in results),
             "latency_ms": round((time.perf_counter() - t0) * 1000, 3),
         }
-        return InferResponse(m.name, m.version, response_outputs(results, req.outputs),
+        return InferResponse(m.name, m.version, response_outputs(results, req.outputs or None),
                              id=req.id, parameters=params)
 
     # -- metrics -----------------------------------------------------------------------------
