@@ -6,9 +6,10 @@ file (a child process; its own summary gives the scoring-loop throughput,
 load excluded, and the wall time including load), and (b) hand-written
 ``tokenizers`` + ``openvino.AsyncInferQueue`` (THROUGHPUT hint, the optimal
 number of requests) on the artifact's seq-128 IR with the recorded
-precision. Rounds alternate. Goal: ratio >= 0.90.
+precision. Rounds alternate (7 by default: 3 were too few on a noisy box).
+Goal: ratio >= 0.90.
 
-Usage: python bench/bench_score.py [--n 384] [--rounds 3] [--out bench/results/score.json]
+Usage: python bench/bench_score.py [--n 384] [--rounds 7] [--out bench/results/score.json]
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from bench_openvino import _feeds, _tokenizer, build_artifact, recorded_precisio
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=384)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "score.json")
@@ -83,7 +84,9 @@ def main():
                 r_loop.append(loop)
                 r_wall.append(wall)
     raw_tp, loop_tp, wall_tp = (statistics.median(x) for x in (r_raw, r_loop, r_wall))
-    res = {"model": "MiniLM-L6 embedding, openvino int8", "bucket": "seq128", "texts": len(texts),
+    from machine import machine
+
+    res = {"machine": machine(), "model": "MiniLM-L6 embedding, openvino int8", "bucket": "seq128", "texts": len(texts),
            "precision": recorded_precision(art), "jobs": len(queue), "batch_size": args.batch_size,
            "concurrency": args.concurrency, "raw_async_queue_per_s": round(raw_tp, 1),
            "score_loop_per_s": round(loop_tp, 1), "score_wall_incl_load_per_s": round(wall_tp, 1),

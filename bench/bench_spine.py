@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,13 @@ def build_artifact() -> Path:
     from edge_runtime.converters.pipeline import convert
     from edge_runtime.converters.zoo import convert_request
 
+    import importlib.util
+
+    if importlib.util.find_spec("openvino") is not None:   # one build serves this bench and bench_openvino
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_openvino import build_artifact as both
+
+        return both()
     out = CACHE / "minilm-embedding-int8"
     if not (out / "manifest.json").exists():
         convert(convert_request("minilm", "text-embedding", out, cache=CACHE, force=True))
@@ -116,7 +122,10 @@ def main():
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "spine.json")
     args = ap.parse_args()
     artifact = args.artifact or build_artifact()
-    res = {"machine": {"python": platform.python_version(), "cpu": platform.processor() or platform.machine()},
+    sys.path.insert(0, str(Path(__file__).parent))
+    from machine import machine
+
+    res = {"machine": machine(),
            "import": bench_import(7), "infer_vs_raw_seq64": bench_infer(artifact, args.blocks, args.per_block)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=2) + "\n")
