@@ -356,9 +356,15 @@ def test_token():
         srv.close()
 
 
-def test_message_cap():
+@pytest.mark.parametrize("how", ["core", "argument"])
+def test_message_cap(how):
+    """The cap is the core's body cap (``core.max_body_bytes``, as the CLI starts it) or the argument."""
     core = FakeCore()
-    srv = LoopServer(core, max_message_bytes=64 * 1024)
+    if how == "core":
+        core.max_body_bytes = 64 * 1024
+        srv = LoopServer(core)
+    else:
+        srv = LoopServer(core, max_message_bytes=64 * 1024)
     try:
         c = tg.InferenceServerClient(srv.target)
         big = tg.InferInput("x", [100_000], "UINT8")
