@@ -32,6 +32,7 @@ from .serve_types import HTTP_STATUS, ServeError
 from .serve_wire import HEADER_LENGTH, decode_request, encode_response
 
 _OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")
+INLINE_DECODE_BYTES = 64 * 1024      # larger bodies are decoded on a worker thread
 
 
 def error_response(err: ServeError, *, close: bool = False) -> JSONResponse:
@@ -123,7 +124,12 @@ def create_app(core: ServeCore, *, token: str | None = None, read_timeout_s: flo
                                                                                                   "malformed"))
             return error_response(err, close=True)
         try:
-            req, binary_all, binary_named = decode_request(body, request.headers.get(HEADER_LENGTH), model, version)
+            header_length = request.headers.get(HEADER_LENGTH)
+            if len(body) <= INLINE_DECODE_BYTES:
+                req, binary_all, binary_named = decode_request(body, header_length, model, version)
+            else:       # parsing megabytes of JSON would stall every other connection: off the event loop
+                req, binary_all, binary_named = await asyncio.get_running_loop().run_in_executor(
+                    None, decode_request, body, header_length, model, version)
         except ServeError as err:
             core.count_rejection("malformed")
             return error_response(err)

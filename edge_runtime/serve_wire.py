@@ -26,6 +26,8 @@ from .serve_tensors import bad
 from .serve_types import BYTES, DATATYPES, InferRequest, InferResponse, Tensor
 
 HEADER_LENGTH = "inference-header-content-length"
+# BYTES elements are items (texts, images): far more than any batch limit is refused before it is parsed
+MAX_BYTES_ELEMENTS = 65_536
 _LEN = struct.Struct("<I")
 
 
@@ -90,6 +92,8 @@ def _input(spec: Any, i: int, binary: memoryview, offset: int) -> tuple[Tensor, 
     if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
         raise bad(f"{where}: shape must be a list of non-negative integers, got {str(shape)[:80]}")
     count = math.prod(shape)
+    if datatype == BYTES and count > MAX_BYTES_ELEMENTS:
+        raise bad(f"{where}: {count} BYTES elements, over the server's {MAX_BYTES_ELEMENTS}")
     params = spec.get("parameters") or {}
     if not isinstance(params, dict):
         raise bad(f"{where}: 'parameters' is not a JSON object")

@@ -107,6 +107,12 @@ def image_request(img: bytes, *, size: int | None = None, shape=None, datatype="
     return head + payload + extra, {"Inference-Header-Content-Length": str(len(head) + header_len_delta)}
 
 
+def _raw_binary(datatype: str, shape: list, payload: bytes) -> tuple[bytes, dict]:
+    head = json.dumps({"inputs": [{"name": "image", "datatype": datatype, "shape": shape,
+                                   "parameters": {"binary_data_size": len(payload)}}]}).encode()
+    return head + payload, {"Inference-Header-Content-Length": str(len(head))}
+
+
 def assert_serving(port: int) -> None:
     img = digit_images(1)[0][0]
     body, headers = image_request(img)
@@ -142,6 +148,7 @@ def test_hostile_requests_each_get_a_4xx(server):
         "JSON values out of range": (js({"inputs": [{"name": "image", "datatype": "UINT8", "shape": [2],
                                                      "data": [1, 300]}]}), {}),
         "negative binary_data_size": image_request(img, size=-4),
+        "200,000 empty BYTES elements": _raw_binary("BYTES", [200_000], bytes(800_000)),
         "data and shape disagree": (js({"inputs": [{"name": "image", "datatype": "UINT8", "shape": [8, 8],
                                                     "data": [0] * 10}]}), {}),
     }
