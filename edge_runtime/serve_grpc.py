@@ -26,6 +26,7 @@ Wire format, as Triton's:
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -293,8 +294,23 @@ class _Service:
         if remaining is not None and "timeout" not in req.parameters:
             # the call's gRPC deadline, when it sets no timeout parameter (µs, as tritonclient's)
             req.parameters["timeout"] = max(1, int(remaining * 1_000_000))
-        resp = await self.core.infer(req)
+        # shielded: a client that cancels (or whose deadline passes) does not cancel the core's
+        # request mid-run. The model call runs on a worker thread that cannot be stopped, so the
+        # core's in-flight slot must stay held until it returns; the core's own deadline (the
+        # timeout parameter above) bounds it, and the core counts its outcome as usual.
+        task = asyncio.ensure_future(self.core.infer(req))
+        try:
+            resp = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_consume)
+            raise
         return to_message(resp)
+
+
+def _consume(task: asyncio.Future) -> None:
+    """Retrieve an abandoned request's outcome (no 'exception was never retrieved')."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _is_abort(e: BaseException) -> bool:

@@ -61,6 +61,8 @@ class FakeCore:
         self.delay_s = 0.0
         self.requests: list[InferRequest] = []
         self.rejections: list[str] = []
+        self.cancelled = 0
+        self.finished = 0
 
     def model_ready(self, name: str, version: str | None) -> bool:
         if name != "echo" or version not in (None, "1"):
@@ -78,8 +80,18 @@ class FakeCore:
 
     async def infer(self, req: InferRequest) -> InferResponse:
         self.requests.append(req)
+        try:
+            return await self._infer(req)
+        finally:
+            self.finished += 1
+
+    async def _infer(self, req: InferRequest) -> InferResponse:
         if self.delay_s:
-            await asyncio.sleep(self.delay_s)
+            try:
+                await asyncio.sleep(self.delay_s)
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
         if self.fail is not None:
             raise self.fail
         self.model_ready(req.model, req.version)

@@ -42,6 +42,7 @@ def core(fake):
     c.live, c.ready, c.fail, c.delay_s = True, True, None, 0.0
     c.requests.clear()
     c.rejections.clear()
+    c.cancelled = c.finished = 0
     return c
 
 
@@ -251,6 +252,12 @@ def test_client_deadline(client, core):
     with pytest.raises(InferenceServerException) as ei:
         client.infer("echo", _inputs()[0], client_timeout=0.2)
     assert ei.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+    import time
+
+    end = time.monotonic() + 15     # the abandoned request runs to its end: never cancelled mid-run
+    while core.finished < len(core.requests) and time.monotonic() < end:
+        time.sleep(0.02)
+    assert core.cancelled == 0 and core.finished == len(core.requests) == 1
     core.delay_s = 0.0
     # the call's deadline reaches the core as the timeout parameter (µs) when none is given
     assert 0 < core.requests[-1].parameters["timeout"] <= 200_000
@@ -310,7 +317,7 @@ def test_malformed_infer_is_invalid_argument(fake, core, build):
     err = rpc_error(fake.target, "ModelInfer", build())
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
     assert dict(err.trailing_metadata())[ERROR_CODE_KEY] == "serve_request_malformed"
-    assert not core.requests and core.rejections == ["malformed"]   # refused before the core, counted
+    assert not core.requests and core.rejections == ["malformed"], (core.requests, core.rejections)
 
 
 def test_unparsable_message_is_invalid_argument(fake, core):
