@@ -68,6 +68,13 @@ def start_ray(address: str | None = None, *, num_cpus: int | None = None) -> flo
     return time.perf_counter() - t0
 
 
+def _ray_running() -> bool:
+    import sys
+
+    ray = sys.modules.get("ray")
+    return bool(ray is not None and ray.is_initialized())
+
+
 class OrderedWriter:
     """Writes lines in index order from ``start``, each index once (see the module doc)."""
 
@@ -227,15 +234,17 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
         fh = open(journal, "ab")
     writer = OrderedWriter(fh, skip, summary, owned=not to_stream, progress=progress, on_progress=on_progress)
     t0 = time.perf_counter()
+    started = False
     try:
         if todo:
+            started = not _ray_running()
             info["ray_init_s"] = round(start_ray(address, num_cpus=num_cpus), 3)
             t0 = time.perf_counter()
             if progress is not None:
                 progress.t0 = t0          # the rate counts from Ray's start: actor start-up included
             _run(todo, writer, artifact=str(Path(artifact).resolve()), seal=seal, device=actor_device,
-                         target=target, strict=strict, device_options=device_options, deadline_ms=deadline_ms,
-                         batch_size=batch_size, actors=actors, cpus_per_actor=cpus_per_actor, verify=verify)
+                 target=target, strict=strict, device_options=device_options, deadline_ms=deadline_ms,
+                 batch_size=batch_size, actors=actors, cpus_per_actor=cpus_per_actor, verify=verify)
             info["first_rows_s"] = None if writer.first is None else round(writer.first[0] - t0, 3)
             info["steady_per_s"] = writer.steady_per_s()
         if not to_stream:
@@ -243,6 +252,10 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
     finally:
         if not to_stream:
             fh.close()
+        if started:         # this command's own Ray (or its connection): gone with the command
+            import ray
+
+            ray.shutdown()
     summary.wall_s = time.perf_counter() - t0
     info["duplicates_dropped"] = writer.duplicates
     if writer.next != skip + len(todo):
