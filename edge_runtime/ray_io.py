@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import error_codes as ec
-from .errors import InputError
+from .errors import EdgeRuntimeError, InputError
 from .score_inputs import Record, RecordStream
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -105,7 +105,7 @@ def read_parquet_records(path, *, field: str, id_field: str | None = None) -> Re
     try:
         import pyarrow  # noqa: F401
     except ImportError:
-        raise InputError("Parquet input needs pyarrow: pip install 'edge-runtime[ray]'",
+        raise EdgeRuntimeError("Parquet input needs pyarrow: pip install 'edge-runtime[ray]'",
                          code=ec.DEPENDENCY_MISSING) from None
     source = {"path": str(path), "format": "parquet", "field": field, "id_field": id_field or "id"}
     return RecordStream(_records(path, field, id_field), source)
