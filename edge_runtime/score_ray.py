@@ -277,7 +277,8 @@ def _run(todo, writer: OrderedWriter, *, artifact, seal, device, target, strict,
 
     from .ray import EdgeScorer, to_rows
 
-    logging.getLogger("ray.data").setLevel(logging.WARNING)     # no per-dataset INFO lines on stderr
+    for name in ("ray.data", "ray.data._internal.execution.streaming_executor"):
+        logging.getLogger(name).setLevel(logging.WARNING)       # no per-dataset INFO lines on stderr
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = False
