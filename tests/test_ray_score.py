@@ -219,3 +219,22 @@ def test_a_corrupted_copy_is_refused_with_the_file_named(ray_cluster, digits_art
     # the driver's own copy corrupt: refused before Ray runs anything
     with pytest.raises(ArtifactError, match=victim.replace(".", r"\.")):
         score_ray(copy, tmp_path / "none.jsonl", tmp_path / "out.jsonl")
+
+
+def test_the_writer_writes_each_index_once_in_order(tmp_path):
+    """A retried task's repeat is dropped, an early block waits: deterministic, no Ray needed."""
+    from edge_runtime.score import Summary
+    from edge_runtime.score_ray import OrderedWriter
+
+    def text(i):
+        return json.dumps({"index": i, "id": f"r{i}", "line": i + 1, "ok": True, "result": {"latency_ms": 1.0}})
+
+    summary = Summary()
+    with open(tmp_path / "out.jsonl", "ab") as fh:
+        w = OrderedWriter(fh, 2, summary, owned=True)
+        w.add([4, 5], [text(4), text(5)])          # early: waits for 2 and 3
+        w.add([0, 1, 2], [text(0), text(1), text(2)])    # 0, 1 were written before the resume
+        w.add([2, 3], [text(2), text(3)])          # a retried block: 2 again
+        w.add([5, 6], [text(5), text(6)])
+    got = [json.loads(x)["index"] for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert got == [2, 3, 4, 5, 6] and w.duplicates == 4 and summary.scored == 5
