@@ -253,8 +253,10 @@ class Runtime:
         lim = self.limits if limits is None else self.limits.merged(limits)
         try:
             deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
-            opts = self._options(options, lim)
-            return self._observe(self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, trace_id, opts))
+            opts = None if options is None else self._options(options, lim)
+            res = self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, trace_id, opts)
+            self._metrics.ok(res.bucket, res.latency_ms, res.input_length, res.truncated)
+            return res
         except EdgeRuntimeError as exc:
             self._metrics.error(exc)
             raise

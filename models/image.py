@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -49,15 +50,16 @@ def _read_path(path, limits) -> bytes:
         raise InputError("image path is empty", code=ec.INPUT_EMPTY)
     p = Path(path)
     try:
-        size = p.stat().st_size
+        st = os.stat(p)       # one stat: the size and whether it is a regular file (is_file() was a second)
     except OSError as exc:
         raise InputError(f"cannot read image file {str(p)!r}: {exc.strerror}", code=ec.INPUT_FILE_UNREADABLE) from None
-    if not p.is_file():
+    if not stat.S_ISREG(st.st_mode):
         raise InputError(f"{str(p)!r} is not a file", code=ec.INPUT_FILE_UNREADABLE)
-    if size > limits.max_image_bytes:
-        raise InputError(f"image file is {size} bytes, over the limit of {limits.max_image_bytes}",
+    if st.st_size > limits.max_image_bytes:
+        raise InputError(f"image file is {st.st_size} bytes, over the limit of {limits.max_image_bytes}",
                          code=ec.INPUT_TOO_LARGE, limit=limits.max_image_bytes)
-    return p.read_bytes()
+    with open(p, "rb") as fh:
+        return fh.read()
 
 
 def decode(raw, limits, mode: str):
@@ -88,7 +90,8 @@ def decode(raw, limits, mode: str):
                          code=ec.INPUT_TOO_MANY_PIXELS, limit=limits.max_image_pixels)
     try:
         img.load()
-        return to_8bit(img).convert(mode)
+        img = to_8bit(img)
+        return img if img.mode == mode else img.convert(mode)     # same mode: convert() would only copy
     except Exception as exc:
         raise InputError(f"image data is truncated or corrupt ({type(exc).__name__}: {exc})",
                          code=ec.INPUT_UNDECODABLE) from None
