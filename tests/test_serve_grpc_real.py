@@ -183,3 +183,21 @@ def test_real_overload_and_not_ready(digits_artifact):
     finally:
         srv.close()
         srv.core.close()
+
+
+def test_real_token(digits_artifact):
+    """``edge-infer serve --token``: the gRPC service asks for it too (probes excepted)."""
+    proc = ServeProcess([digits_artifact], "--token", "grpc-test-token")
+    try:
+        c = tg.InferenceServerClient(proc.target)
+        name = json.loads((digits_artifact / "manifest.json").read_text())["model"]["name"]
+        good = _bytes_input("image", [_digit_images()[0][1]])
+        assert c.is_server_live() and c.is_server_ready()
+        assert _status(lambda: c.infer(name, [good])) == "StatusCode.UNAUTHENTICATED"
+        assert _status(lambda: c.infer(name, [good], headers={"authorization": "Bearer nope"})) \
+            == "StatusCode.UNAUTHENTICATED"
+        res = c.infer(name, [good], headers={"authorization": "Bearer grpc-test-token"})
+        assert res.as_numpy("label").shape == (1,)
+        c.close()
+    finally:
+        assert proc.close() == 0, proc.output()
