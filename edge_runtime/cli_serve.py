@@ -172,7 +172,8 @@ async def _run(core, host: str, port: int, grpc_port: int | None, token: str | N
             await stop.wait()
     finally:
         await _shutdown(core, server, http_task, grpc_server, drain_timeout)
-    _say(f"stopped requests={core.accepted} answered={core.answered} unanswered={core.accepted - core.answered}"
+    _say(f"stopped requests={core.accepted} answered={core.answered} cancelled={core.cancelled} "
+         f"unanswered={core.accepted - core.answered - core.cancelled}"
          + ("" if load is not None and load.done() else " (before the models finished loading)"))
 
 

@@ -151,6 +151,7 @@ class ServeCore:
         self._received_bytes = 0
         self.accepted = 0                          # requests that reached infer()
         self.answered = 0                          # ... and got a response or a ServeError back
+        self.cancelled = 0                         # ... or whose caller went away first
         self.load_s: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -260,6 +261,9 @@ class ServeCore:
         except ServeError:
             self.answered += 1
             raise
+        except asyncio.CancelledError:
+            self.cancelled += 1                   # the caller left before its answer; not lost by us
+            raise
         self.answered += 1
         return resp
 
@@ -292,6 +296,9 @@ class ServeCore:
                 i, first = errors[0]
                 raise serve_error(first, f"item {i}: " if len(results) > 1 else "")
             resp = self._response(m, req, results, t0)
+        except asyncio.CancelledError:          # not an error of the request: the caller is gone
+            self._requests[(name, "cancelled")] += 1
+            raise
         except BaseException as exc:
             err = serve_error(exc)
             reason = _REJECTION.get(err.code)
@@ -345,8 +352,15 @@ class ServeCore:
         if remaining_ms <= 0:
             raise InferenceTimeout("the request's deadline passed while it was queued", code=ec.INFERENCE_TIMEOUT)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
+        fut = loop.run_in_executor(
             self._pool, lambda: m.rt.infer_batch(items, deadline_ms=remaining_ms, options=options))
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # the caller went away (a gRPC deadline, a closed connection): the model thread still runs,
+            # to its deadline at most, so its slot stays held until it returns; then the cancel goes on
+            await asyncio.wait([fut])
+            raise
 
     async def _batched(self, m: _Model, items: list, t_end: float) -> list:
         """Join the model's pending batch; the first request of a batch schedules its flush."""
