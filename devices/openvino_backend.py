@@ -102,16 +102,20 @@ class OpenVinoSession(DeviceSession):
         # compiling from the path lets a cache hit skip reading and hashing the graph
         self._model: str | None = str(model_path)     # None once released
         try:
-            self._compiled = core().compile_model(self._model, ov_device, {**self._config, "PERFORMANCE_HINT": "LATENCY"})
+            self._compiled = self._compile_latency(ov_device)
         except Exception as exc:
-            if "CACHE_DIR" not in self._config:
-                raise
-            # a broken cache entry must not stop the model: compile once more without the cache
-            self.cache_error = f"compiling with the model cache failed, compiled without it: {exc}"
-            log.warning("openvino %s", self.cache_error)
-            self._config.pop("CACHE_DIR")
-            self.cache = None
-            self._compiled = core().compile_model(self._model, ov_device, {**self._config, "PERFORMANCE_HINT": "LATENCY"})
+            if self.precision == "f32" or why is None:
+                raise          # f32 itself, or a precision the caller asked for: the caller's error stands
+            # the artifact's recorded hint (measured on the build host) has no kernels here, e.g. bf16
+            # on a CPU without them: the recorded choice is advice, f32 is the reference precision
+            first = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else type(exc).__name__
+            log.warning("openvino: the recorded precision %s does not compile here (%s); running f32",
+                        self.precision, first)
+            self.precision_reason = (f"the recorded {self.precision} ({why}) did not compile here: {first}; "
+                                     "f32, the closest to the fp32 reference")
+            self.precision = "f32"
+            self._config["INFERENCE_PRECISION_HINT"] = "f32"
+            self._compiled = self._compile_latency(ov_device)
         self.compile_ms = round((time.perf_counter() - t0) * 1000, 1)
         names = [o.get_any_name() for o in self._compiled.outputs]
         check_io((i.get_any_name() for i in self._compiled.inputs), names, bucket, "IR")
@@ -127,6 +131,19 @@ class OpenVinoSession(DeviceSession):
         self.device = "openvino:" + (executed[0].lower() if ov_device == "AUTO" and executed else device)
         self._tp: list | None = None   # (compiled THROUGHPUT model, AsyncInferQueue), made on first run_many
         self._tp_lock = threading.Lock()
+
+    def _compile_latency(self, ov_device: str):
+        try:
+            return core().compile_model(self._model, ov_device, {**self._config, "PERFORMANCE_HINT": "LATENCY"})
+        except Exception as exc:
+            if "CACHE_DIR" not in self._config:
+                raise
+            # a broken cache entry must not stop the model: compile once more without the cache
+            self.cache_error = f"compiling with the model cache failed, compiled without it: {exc}"
+            log.warning("openvino %s", self.cache_error)
+            self._config.pop("CACHE_DIR")
+            self.cache = None
+            return core().compile_model(self._model, ov_device, {**self._config, "PERFORMANCE_HINT": "LATENCY"})
 
     # -- infer() -------------------------------------------------------------
     def _collect(self, req) -> dict[str, np.ndarray]:

@@ -36,7 +36,9 @@ scores = []
 for raw in probe.inputs[:8]:
     res = rt.infer(raw)
     scores.append([float(x) for x in (res.scores.values() if isinstance(res.scores, dict) else res.scores)])
+sess = rt.info()["sessions"][0]
 print(json.dumps({"value": row["value"], "passed": row["passed"], "budget": row["budget"],
+                  "precision": [sess.get("precision"), sess.get("precision_reason")],
                   "metric": row["metric"], "device_options": row["device_options"], "scores": scores}))
 """
 
@@ -74,5 +76,5 @@ def test_minilm_classifier_auto_recipe_holds_its_budget_under_avx2_kernels(ov_mi
     ``--recipe auto`` artifact must hold 0.99 under AVX2 kernels whatever host built it."""
     need_openvino()
     native, avx2 = _check(ov_minilm_classifier_artifact)
-    print(f"MiniLM classifier openvino ({native['device_options']}) top-1 agreement: "
-          f"native {native['value']}, AVX2 kernels {avx2['value']}")
+    print(f"MiniLM classifier openvino top-1 agreement: native {native['value']} ({native['precision']}), "
+          f"AVX2 kernels {avx2['value']} ({avx2['precision']})")

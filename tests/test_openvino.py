@@ -347,3 +347,35 @@ def test_warm_batch_compiles_the_throughput_path_before_a_batch_job(ov_digits_ar
         assert [r.prediction for r in rt.infer_batch(paths)] == [rt.infer(p).prediction for p in paths]
     with er.load(ov_digits_artifact, device="onnxruntime", strict=True) as rt:
         assert rt.warm_batch() == {}           # no separate throughput path: nothing to do
+
+
+def test_a_recorded_precision_that_does_not_compile_here_falls_back_to_f32(ov_digits_artifact, monkeypatch):
+    """An artifact records the precision its build host measured fastest (bf16 on a BF16 CPU); a CPU
+    whose plugin has no kernels for it (an AVX2-only laptop; oneDNN capped by ONEDNN_MAX_CPU_ISA)
+    must still load it, at f32, saying why. A precision the *caller* asked for stays an error."""
+    from edge_runtime.devices import openvino_backend as ovb
+
+    real = ovb.core()
+
+    class NoBf16Core:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def compile_model(self, model, device, config):
+            if config.get("INFERENCE_PRECISION_HINT") == "bf16":
+                raise RuntimeError("Exception from src/plugins/intel_cpu/src/node.cpp:345:\n"
+                                   "Supported primitive descriptors list is empty for node: Softmax_1 type: Softmax")
+            return real.compile_model(model, device, config)
+
+    monkeypatch.setattr(ovb, "core", lambda: NoBf16Core())
+    bucket = next(v for v in _manifest(ov_digits_artifact)["variants"] if v["target"] == "openvino")["buckets"][0]
+    xml = ov_digits_artifact / bucket["file"]
+    sess = ovb.OpenVinoSession(xml, bucket, "cpu", {"precision": "bf16", "cache": False},
+                               "measured fastest on the build host")
+    try:
+        assert sess.precision == "f32"
+        assert "recorded bf16" in sess.precision_reason and "did not compile here" in sess.precision_reason
+    finally:
+        sess.close()
+    with pytest.raises(RuntimeError):           # asked for by the caller (no recorded reason): not silently changed
+        ovb.OpenVinoSession(xml, bucket, "cpu", {"precision": "bf16", "cache": False}, None)
