@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from .cli_common import _guard, emit
+from .cli_score import error_json, exit_with
 
 
 @click.command("diff")
@@ -136,19 +137,6 @@ def shadow_cmd(a, b, input_path, output, device_a, device_b, require_device, min
     if problem is not None:
         exit_with(problem)
 
-
-def error_json(exc) -> dict:
-    d = exc.to_dict()
-    return {"type": d["type"], "code": d["code"], "message": d["message"], "details": d.get("details", {})}
-
-
-def exit_with(problem) -> None:
-    """End a command whose report is printed with ``problem``: one line on stderr, its exit code
-    (``--debug`` re-raises it), as ``edge-infer score`` does."""
-    if click.get_current_context().find_root().params.get("debug"):
-        raise problem
-    click.echo(f"error [{problem.code}]: {problem.message}", err=True)
-    sys.exit(problem.exit_code)
 
 
 def _f(v, digits=4):
