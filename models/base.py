@@ -12,6 +12,7 @@ code that only passes ``scores`` along keeps the indices.
 
 from __future__ import annotations
 
+import array
 import logging
 import math
 from dataclasses import dataclass, field
@@ -397,6 +398,29 @@ def rank_classes(probs: np.ndarray, labels: list[str], k: int | None, keys: list
     class_id = order[0]
     scores = Scores(zip([keys[i] for i in order], values), class_id=class_id, top_k=top)
     return labels[class_id], class_id, scores, top
+
+
+def classify(vals: np.ndarray, labels: list[str], k: int | None, keys: list[str], apply_softmax: bool):
+    """:func:`rank_classes` of ``softmax(vals)`` (or of ``vals``), a 1-D float32 vector. Up to 64
+    classes, the softmax runs on Python floats in float64 and is rounded to float32, as
+    :func:`softmax` does, without numpy's per-call cost (about half of it on 10 classes)."""
+    n = vals.shape[0]
+    if apply_softmax and 0 < n <= 64:
+        values = vals.tolist()
+        top = max(values)
+        if math.isfinite(top) and math.isfinite(sum(values)):
+            e = [math.exp(x - top) for x in values]
+            total = sum(e)
+            probs = array.array("f", [x / total for x in e]).tolist()      # float32, as softmax() returns
+            order = sorted(range(n), key=probs.__getitem__, reverse=True)  # stable: ties by the lower index
+            if k:
+                order = order[:k]
+            ranked = [probs[i] for i in order]
+            class_id = order[0]
+            top_k = [{"index": i, "label": labels[i], "score": v} for i, v in zip(order, ranked)]
+            scores = Scores(zip([keys[i] for i in order], ranked), class_id=class_id, top_k=top_k)
+            return labels[class_id], class_id, scores, top_k
+    return rank_classes(softmax(vals) if apply_softmax else vals, labels, k, keys)
 
 
 def top_k_scores(probs: np.ndarray, labels: list[str], k: int | None) -> tuple[str, dict[str, float]]:

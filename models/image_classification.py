@@ -16,8 +16,8 @@ import numpy as np
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
 
-from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, is_number,
-                   preprocess_error, rank_classes, score_keys, softmax)
+from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, classify, is_number,
+                   preprocess_error, score_keys)
 from .image import (_RESAMPLE, TensorPlan, _pil, _pixels, decode_pixels, image_size, input_plan,
                     load_image_samples)
 
@@ -238,6 +238,5 @@ class ImageClassification(Task):
             vals = ((arr.astype(np.float32) - self._out_q[0]) * self._out_q[1]).reshape(-1)
         else:
             vals = arr.astype(np.float32, copy=False).reshape(-1)
-        probs = softmax(vals) if self.apply_softmax else vals
-        label, class_id, scores, top = rank_classes(probs, self.labels, self.top_k, self.keys)
+        label, class_id, scores, top = classify(vals, self.labels, self.top_k, self.keys, self.apply_softmax)
         return TaskOutput(prediction=label, scores=scores, class_id=class_id, top_k=top)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError
 
-from .base import TaskOutput, classification_parity, dequantize, rank_classes, score_keys, softmax
+from .base import TaskOutput, classification_parity, classify, dequantize, score_keys
 from .text import TextTask, load_text_samples
 
 
@@ -38,6 +38,5 @@ class TextClassification(TextTask):
     def finish(self, outputs, prepared) -> TaskOutput:
         spec = self.output_spec(self.output, prepared.bucket)
         logits = dequantize(outputs[self.output], spec).reshape(-1)
-        probs = softmax(logits) if self.apply_softmax else logits
-        label, class_id, scores, top = rank_classes(probs, self.labels, self.top_k, self.keys)
+        label, class_id, scores, top = classify(logits, self.labels, self.top_k, self.keys, self.apply_softmax)
         return TaskOutput(prediction=label, scores=scores, class_id=class_id, top_k=top)
