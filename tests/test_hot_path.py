@@ -6,6 +6,7 @@ import io
 import multiprocessing as mp
 import re
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from edge_runtime.models.image import TensorPlan, _pixels, decode, decode_pixels
 from edge_runtime.result import InferenceResult, new_trace_id
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # -- trace ids -------------------------------------------------------------------------------
@@ -161,3 +163,59 @@ def test_digits_array_path_and_image_path_agree(digits_artifact):
                 assert {k: d[k] for k in ("prediction", "class_id", "scores", "top_k", "input_length")} == \
                     {k: want[k] for k in ("prediction", "class_id", "scores", "top_k", "input_length")}
                 assert set(d) == set(want)
+
+
+@pytest.mark.parametrize("n,k", [(10, 5), (10, None), (3, 1), (64, 8), (65, 5), (1000, 5)])
+def test_classify_equals_softmax_then_rank(n, k):
+    """The Python-float softmax of ``classify`` (<= 64 classes) ranks and scores exactly as
+    ``rank_classes(softmax(x))``: same order, same float32-rounded values, ties included."""
+    from edge_runtime.models.base import classify, score_keys
+
+    rng = np.random.default_rng(n)
+    labels = [f"c{i}" for i in range(n)]
+    keys = score_keys(labels)
+    vectors = [rng.normal(size=n).astype(np.float32) * s for s in (0.1, 3, 30) for _ in range(40)]
+    vectors.append(np.zeros(n, np.float32))                       # every class tied
+    vectors.append(np.full(n, 80.0, np.float32))                  # large equal logits
+    for x in vectors:
+        want = rank_classes(softmax(x), labels, k, keys)
+        got = classify(x, labels, k, keys, True)
+        assert got[0] == want[0] and got[1] == want[1]
+        assert got[3] == want[3]                                  # indices, labels and scores, in order
+        assert list(got[2].items()) == list(want[2].items())
+        assert type(got[2]) is type(want[2]) and got[2].class_id == want[2].class_id
+    raw = rng.normal(size=n).astype(np.float32)
+    assert classify(raw, labels, k, keys, False)[3] == rank_classes(raw, labels, k, keys)[3]
+
+
+def test_openvino_small_input_path_matches_a_fresh_request(ov_digits_artifact):
+    """OpenVINO copies a small input into the pooled request's own tensor and calls the native infer:
+    over every held-out digit (and from two threads at once) the outputs equal those of a fresh
+    request run through OpenVINO's own Python API, so a stale buffer cannot answer."""
+    import edge_runtime as er
+
+    with er.load(ov_digits_artifact, device="openvino") as rt:
+        sess = rt._sessions[0]
+        assert sess._copy_in
+        fresh = sess._compiled.create_infer_request()
+        files = sorted((ROOT / "models" / "zoo" / "digits-cnn" / "held_out").rglob("*.png"))
+        feeds = [rt._prepare(str(f), rt.limits).feeds for f in files]
+        want = []
+        for f in feeds:
+            fresh.infer(f)
+            want.append(fresh.get_output_tensor(0).data.copy())
+        bad: list[int] = []
+
+        def work(order):
+            for i in order:
+                (got,) = sess.run(feeds[i]).values()
+                if not np.array_equal(got, want[i]):
+                    bad.append(i)
+
+        threads = [threading.Thread(target=work, args=(r,)) for r in (range(len(feeds)), reversed(range(len(feeds))))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not bad, bad[:10]
+        assert len(feeds) >= 300
