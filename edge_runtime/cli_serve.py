@@ -78,13 +78,17 @@ def _say(line: str) -> None:
 @click.option("--max-body-bytes", default=8 * 1024 * 1024, show_default=True, type=click.IntRange(1),
               help="Largest HTTP request body; a larger Content-Length is refused (413) unread.")
 @click.option("--read-timeout", default=10.0, show_default=True, type=click.FloatRange(0.01),
-              help="Seconds the whole request body may take to arrive (408 after).")
+              help="Seconds the request head (line and headers), and then its whole body, may each take "
+                   "to arrive (408 after).")
 @click.option("--drain-timeout", default=30.0, show_default=True, type=click.FloatRange(0),
               help="Seconds in-flight requests may take to finish after SIGTERM/SIGINT.")
 @click.option("--no-verify", is_flag=True, help="Skip the probe-set check on this machine at load.")
+@click.option("--no-inline", is_flag=True, help="Run every model call on the thread pool (by default a model "
+              "measured at <= 1 ms per call runs on the event loop, saving the hand-off).")
 @_guard
 def serve(artifacts, repository, host, port, grpc_port, no_grpc, token, insecure, device, device_option,
-          max_in_flight, max_queue, batch_delay_ms, max_body_bytes, read_timeout, drain_timeout, no_verify):
+          max_in_flight, max_queue, batch_delay_ms, max_body_bytes, read_timeout, drain_timeout, no_verify,
+          no_inline):
     """Serve ARTIFACT... over the Open Inference Protocol (KServe v2): HTTP (and gRPC), tritonclient works as is.
 
     \b
@@ -104,7 +108,7 @@ def serve(artifacts, repository, host, port, grpc_port, no_grpc, token, insecure
     paths: list[str | Path] = list(artifacts) if artifacts else list(artifacts_in(repository))
     core = ServeCore(paths, device=device, device_options=device_options(device_option) or None,
                      max_in_flight=max_in_flight, max_queue=max_queue, batch_delay_ms=batch_delay_ms,
-                     max_body_bytes=max_body_bytes, verify=not no_verify)
+                     max_body_bytes=max_body_bytes, verify=not no_verify, inline=not no_inline)
     try:
         asyncio.run(_run(core, host, port, None if no_grpc else grpc_port, token, read_timeout, drain_timeout))
     finally:
@@ -128,6 +132,7 @@ async def _run(core, host: str, port: int, grpc_port: int | None, token: str | N
                drain_timeout: float) -> None:
     import uvicorn
 
+    from .serve_h11 import protocol
     from .serve_http import create_app
 
     class Server(uvicorn.Server):       # our signal handlers, not uvicorn's (it re-raises the signal on exit)
@@ -141,8 +146,11 @@ async def _run(core, host: str, port: int, grpc_port: int | None, token: str | N
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     sock = _bind(host, port)
+    # h11 always, even where httptools is installed (uvicorn's "auto" would take it): h11 caps the
+    # request line and headers (h11_max_incomplete_event_size), uvicorn's httptools protocol takes a
+    # header of any size (4 MB measured); and a deadline on the request head (serve_h11)
     config = uvicorn.Config(create_app(core, token=token, read_timeout_s=read_timeout), log_level="warning",
-                            access_log=False, lifespan="off", timeout_keep_alive=5,
+                            http=protocol(read_timeout), access_log=False, lifespan="off", timeout_keep_alive=5,
                             timeout_graceful_shutdown=max(1, int(drain_timeout + 0.999)),
                             h11_max_incomplete_event_size=64 * 1024)
     server = Server(config)

@@ -273,6 +273,10 @@ class Runtime:
         ``edge_runtime.metrics.prometheus_text(rt.metrics())`` renders it for a scrape."""
         return self._metrics.snapshot()
 
+    def reset_metrics(self) -> None:
+        """Forget the calls so far (calls that were not traffic: a server's own timing calls)."""
+        self._metrics.reset()
+
     def _options(self, options, lim: Limits) -> dict | None:
         if options is None:
             return None

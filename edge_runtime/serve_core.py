@@ -17,7 +17,9 @@ everything else happens here, once for both protocols:
   OpenVINO's AsyncInferQueue) a request to an idle model runs at once; while a
   batch runs, requests arriving within ``batch_delay_ms`` of the first waiting
   one are merged into one ``infer_batch`` (at most ``max_batch_items``);
-- model calls run on a thread pool, never on the event loop;
+- model calls run on a thread pool, except a sub-millisecond model's (measured at
+  load), which runs on the event loop: the hand-off would cost more than the
+  call (``serve_inline``; a slow inline call moves its model to the pool);
 - errors: the runtime's typed errors map to a status (``STATUS_OF``), the code
   passes through.
 """
@@ -39,6 +41,7 @@ from typing import Any
 from . import error_codes as ec
 from .errors import (ArtifactError, DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout,
                      InputError)
+from .serve_inline import Inline, measure_call_ms
 from .serve_tensors import bad, io_metadata, request_items, response_outputs
 from .serve_types import InferRequest, InferResponse, ServeError
 
@@ -114,12 +117,14 @@ class _Model:
     pending: list[_Job] = field(default_factory=list)
     flush_handle: asyncio.TimerHandle | None = None
     batches_out: int = 0              # dynamic batches flushed and not finished
+    inline: Inline | None = None      # sub-millisecond models run on the event loop (serve_inline)
 
 
 class ServeCore:
     def __init__(self, artifacts: list[str | Path], *, device: str = "auto", device_options: dict | None = None,
                  max_in_flight: int = 4, max_queue: int = 64, batch_delay_ms: float = 1.0,
-                 max_body_bytes: int = 8 * 1024 * 1024, max_batch_items: int = 32, verify: bool = True):
+                 max_body_bytes: int = 8 * 1024 * 1024, max_batch_items: int = 32, verify: bool = True,
+                 inline: bool = True):
         if not artifacts:
             raise InputError("serve needs at least one artifact", code=ec.INPUT_MISSING)
         for what, v in (("max_in_flight", max_in_flight), ("max_queue", max_queue),
@@ -129,7 +134,7 @@ class ServeCore:
         if not batch_delay_ms >= 0 or math.isinf(batch_delay_ms):
             raise InputError(f"batch_delay_ms must be >= 0, got {batch_delay_ms!r}", code=ec.INPUT_INVALID)
         self.artifacts = [Path(a) for a in artifacts]
-        self.device, self.device_options, self.verify = device, device_options, verify
+        self.device, self.device_options, self.verify, self.inline = device, device_options, verify, inline
         self.max_in_flight, self.max_queue = max_in_flight, max_queue
         self.batch_delay_s = batch_delay_ms / 1000
         self.max_body_bytes, self.max_batch_items = max_body_bytes, max_batch_items
@@ -173,6 +178,8 @@ class ServeCore:
                 if batched and self.batch_delay_s > 0:
                     rt.warm_batch()
                 m = _Model(rt, key[0], key[1], rt.task.input_kind, list(rt.variant.buckets[0]["inputs"]), batched)
+                if self.inline and not (batched and self.batch_delay_s > 0):
+                    m.inline = Inline(measure_call_ms(rt))
                 m.metadata = self._metadata(m)
                 self.models[key] = m
                 self._latest[key[0]] = key[1]
@@ -194,7 +201,7 @@ class ServeCore:
             log.warning("%s: no sample result for the output metadata: %s", m.name, exc.message)
             results = None
         inputs, outputs = io_metadata(m.kind, m.inputs, results)
-        m.rt._metrics.reset()            # the sample call is not traffic
+        m.rt.reset_metrics()             # the sample call is not traffic
         return {"name": m.name, "versions": [m.version], "platform": f"edge-runtime_{m.rt.variant.target}",
                 "inputs": inputs, "outputs": outputs}
 
@@ -351,6 +358,12 @@ class ServeCore:
         remaining_ms = (t_end - time.perf_counter()) * 1000
         if remaining_ms <= 0:
             raise InferenceTimeout("the request's deadline passed while it was queued", code=ec.INFERENCE_TIMEOUT)
+        if m.inline is not None and m.inline.admits(len(items)):
+            t = time.perf_counter()
+            try:
+                return m.rt.infer_batch(items, deadline_ms=remaining_ms, options=options)
+            finally:
+                m.inline.observe((time.perf_counter() - t) * 1000, m.name)
         loop = asyncio.get_running_loop()
         fut = loop.run_in_executor(
             self._pool, lambda: m.rt.infer_batch(items, deadline_ms=remaining_ms, options=options))

@@ -329,6 +329,7 @@ def test_core_backpressure_and_drain(core, monkeypatch):
         return real(items, **kw)
 
     monkeypatch.setattr(m.rt, "infer_batch", slow)
+    monkeypatch.setattr(m, "inline", None)        # a blocking call belongs on the pool, never on the loop
 
     async def scenario():
         first = asyncio.ensure_future(core.infer(_req(images)))       # runs (max_in_flight=1)

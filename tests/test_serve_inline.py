@@ -1,0 +1,103 @@
+"""A sub-millisecond model runs on the server's event loop (``serve_inline``), a slow inline call
+sends it to the thread pool for good, and a model measured slower never runs inline."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from edge_runtime.serve_inline import INLINE_DEMOTE_MS, INLINE_MAX_MS, INLINE_SLOW_CALLS, INLINE_STALL_MS, Inline
+from edge_runtime.serve_types import InferRequest, Tensor
+
+HELD_OUT = Path(__file__).resolve().parents[1] / "models" / "zoo" / "digits-cnn" / "held_out"
+
+
+def _req(img: bytes) -> InferRequest:
+    return InferRequest("digits-cnn", None, [Tensor("image", "BYTES", [1], [img])])
+
+
+def _spy(m, delay_s: float = 0.0):
+    """Wrap the model's infer_batch: record the thread each call ran on, optionally sleep first."""
+    seen: list[str] = []
+    real = m.rt.infer_batch
+
+    def spy(items, **kw):
+        seen.append(threading.current_thread().name)
+        if delay_s:
+            time.sleep(delay_s)
+        return real(items, **kw)
+
+    m.rt.infer_batch = spy
+    return seen, real
+
+
+def test_sub_millisecond_model_runs_on_the_loop_then_leaves_it_after_a_slow_call(digits_artifact):
+    from edge_runtime.serve_core import ServeCore
+
+    img = sorted(HELD_OUT.rglob("*.png"))[0].read_bytes()
+    label = sorted(HELD_OUT.rglob("*.png"))[0].parent.name
+    core = ServeCore([digits_artifact])
+    try:
+        core.load_all()
+        (m,) = core.models.values()
+        assert m.inline is not None and m.inline.on, m.inline.call_ms
+        assert 0 < m.inline.call_ms <= INLINE_MAX_MS
+        assert m.rt.metrics()["latency_seconds"] == {}            # the timing calls are not traffic
+        seen, real = _spy(m)
+
+        async def two():
+            return [await core.infer(_req(img)) for _ in range(2)]
+
+        loop_thread = []
+
+        async def main():
+            loop_thread.append(threading.current_thread().name)
+            return await two()
+
+        got = asyncio.run(main())
+        assert [r.outputs[0].data[0].decode() for r in got] == [label, label]
+        assert seen == loop_thread * 2                              # inline: the loop's own thread
+        assert m.inline.calls == 2
+        text = core.metrics_text()
+        assert 'edge_serve_inline{model="digits-cnn",version="1"} 1' in text
+        # a stall: one inline call over the demotion bound, then the pool for good
+        m.rt.infer_batch = real
+        seen, _ = _spy(m, delay_s=(INLINE_STALL_MS + 5) / 1000)
+        got = asyncio.run(two())
+        assert [r.outputs[0].data[0].decode() for r in got] == [label, label]   # both answered
+        assert not m.inline.on and "inline call took" in m.inline.demoted
+        assert seen[0] == "MainThread" and seen[1].startswith("edge-serve"), seen
+        assert 'edge_serve_inline{model="digits-cnn",version="1"} 0' in core.metrics_text()
+    finally:
+        core.close()
+
+
+def test_inline_off_on_request_and_for_a_slow_model(digits_artifact):
+    from edge_runtime.serve_core import ServeCore
+
+    core = ServeCore([digits_artifact], inline=False)
+    try:
+        core.load_all()
+        (m,) = core.models.values()
+        assert m.inline is None
+        seen, _ = _spy(m)
+        img = sorted(HELD_OUT.rglob("*.png"))[0].read_bytes()
+        asyncio.run(core.infer(_req(img)))
+        assert seen[0].startswith("edge-serve")
+    finally:
+        core.close()
+    slow = Inline(INLINE_MAX_MS * 3)
+    assert not slow.on and not slow.admits(1)
+    assert not Inline(None).on                                      # no sample to time: the pool
+    fast = Inline(INLINE_MAX_MS / 4)
+    assert fast.admits(4) and not fast.admits(5)                    # items x call time within the bound
+    for i in range(INLINE_SLOW_CALLS - 1):                          # one-off pauses: still inline
+        fast.observe(INLINE_DEMOTE_MS + 1, "m")
+        fast.observe(0.1, "m")
+    assert fast.on and fast.slow == INLINE_SLOW_CALLS - 1
+    fast.observe(INLINE_DEMOTE_MS + 1, "m")                         # the last slow call it takes
+    assert not fast.on and f"the {INLINE_SLOW_CALLS}th" in fast.demoted
