@@ -197,3 +197,63 @@ def test_rejections_are_counted(server):
     for reason in ("malformed", "too_large", "read_timeout"):
         assert f'edge_serve_rejections_total{{reason="{reason}"}}' in text, reason
     assert server.proc.poll() is None
+
+
+def _closed_within(s: socket.socket, limit: float) -> tuple[bytes, float]:
+    """What the server sent before closing ``s``, and when it closed (seconds from now)."""
+    t0, got = time.monotonic(), b""
+    s.settimeout(limit)
+    while True:
+        try:
+            chunk = s.recv(4096)
+        except (ConnectionResetError, BrokenPipeError):
+            break
+        if not chunk:
+            break
+        got += chunk
+    return got, time.monotonic() - t0
+
+
+def test_slow_drip_head_and_silent_connection_are_closed(server):
+    """Slowloris: a request head dripping a byte at a time, and a connection that sends nothing, are each
+    answered 408 and closed after the read timeout, while other requests are served."""
+    silent = socket.create_connection(("127.0.0.1", server.port))
+    drip = socket.create_connection(("127.0.0.1", server.port))
+    drip.sendall(f"POST {PATH} HTTP/1.1\r\nHost: x\r\n".encode())
+    t0, closed, served = time.monotonic(), False, False
+    while time.monotonic() - t0 < READ_TIMEOUT_S + 4:
+        try:
+            drip.sendall(b"X")                           # never completes a header line
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+            break
+        time.sleep(0.1)
+        if not served:
+            assert_serving(server.port)                  # the drip holds no one else up
+            served = True
+    got, _ = _closed_within(drip, 5)
+    assert closed or got, "the dripping head was never cut"
+    assert time.monotonic() - t0 < READ_TIMEOUT_S + 5
+    if got:
+        assert got.startswith(b"HTTP/1.1 408") and b"serve_request_timeout" in got, got[:200]
+    got, waited = _closed_within(silent, READ_TIMEOUT_S + 5)
+    assert got.startswith(b"HTTP/1.1 408"), got[:200]
+    assert_serving(server.port)
+
+
+def test_oversized_head_is_refused(server):
+    """A 4 MB header is never buffered whole: h11 caps the head (even where httptools is installed)."""
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Big: ")
+    sent = 0
+    try:
+        for _ in range(64):
+            s.sendall(b"a" * 65536)
+            sent += 65536
+        s.sendall(b"\r\n\r\n")
+        got = s.recv(200)
+        assert not got.startswith(b"HTTP/1.1 200"), got
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert sent < 4 * 1024 * 1024
+    assert_serving(server.port)
