@@ -24,13 +24,21 @@ from pathlib import Path
 
 import click
 
-from .cli_common import DebugAnywhereGroup, _guard, device_flags, device_options, emit
+from .cli_common import LazyGroup, _guard, device_flags, device_options, emit
 from . import error_codes as ec
 from .errors import InputError
 from .limits import DEFAULT_LIMITS, Limits, json_depth
 
 
-@click.group(cls=DebugAnywhereGroup)
+# every subcommand but infer and inspect lives in its own module, imported when it is used
+COMMANDS = {"convert": ".cli_convert:convert", "import": ".cli_import:import_cmd", "check": ".cli_check:check",
+            "devices": ".cli_devices:devices", "doctor": ".cli_devices:doctor", "score": ".cli_score:score_cmd",
+            "bench": ".cli_bench:bench_cmd", "eval": ".cli_eval:eval_cmd", "verify": ".cli_verify:verify",
+            "tune": ".cli_verify:tune", "diff": ".cli_shadow:diff_cmd", "shadow": ".cli_shadow:shadow_cmd",
+            "serve": ".cli_serve:serve"}
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS)
 @click.option("--debug", is_flag=True, help="Show tracebacks (accepted before or after the subcommand).")
 @click.version_option(package_name="edge-runtime")
 def main(debug):
@@ -238,7 +246,10 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
         _check_draw(draw_path, flag)
     from .runtime import load
 
-    with load(artifact, device=device, strict=require_device, device_options=device_options(device_option)) as rt:
+    # no warm-up: a one-shot call would run every bucket once more only to then run one of them
+    # (its latency_ms is a cold call's, honestly); the artifact is verified all the same
+    with load(artifact, device=device, strict=require_device, device_options=device_options(device_option),
+              warmup=False) as rt:
         kind = type(rt.task).input_kind       # the task declares the raw input it takes
         fits = _FLAGS_FOR_KIND.get(kind, ("--input",))
         if flag not in fits:
@@ -464,32 +475,6 @@ def inspect(artifact, as_json):
 
     emit(data, as_json, human)
 
-
-from .cli_convert import convert  # noqa: E402  (registers the command)
-
-main.add_command(convert)
-from .cli_import import import_cmd  # noqa: E402
-main.add_command(import_cmd)
-from .cli_check import check  # noqa: E402
-main.add_command(check)
-from .cli_devices import devices, doctor  # noqa: E402
-main.add_command(devices)
-main.add_command(doctor)
-from .cli_score import score_cmd  # noqa: E402
-main.add_command(score_cmd)
-from .cli_bench import bench_cmd  # noqa: E402
-main.add_command(bench_cmd)
-from .cli_eval import eval_cmd  # noqa: E402
-main.add_command(eval_cmd)
-from .cli_verify import tune, verify  # noqa: E402
-main.add_command(verify)
-main.add_command(tune)
-from .cli_shadow import diff_cmd, shadow_cmd  # noqa: E402
-main.add_command(diff_cmd)
-main.add_command(shadow_cmd)
-
-from .cli_serve import serve  # noqa: E402
-main.add_command(serve)
 
 if __name__ == "__main__":
     main()
