@@ -160,11 +160,11 @@ def verify_files(art: Artifact, only: list[str] | None = None) -> None:
                                 file=rel, code=ec.ARTIFACT_HASH_MISMATCH)
         todo.append((rel, p, entry))
     big = [p for _, p, e in todo if e["bytes"] >= PARALLEL_HASH_BYTES]
-    digests: dict[Path, object] = {}
+    digests: dict[Path, str | OSError] = {}
     if len(big) > 1 and (os.cpu_count() or 1) > 1:    # every file hashed before any is loaded, side by side
         from concurrent.futures import ThreadPoolExecutor
 
-        def one(p: Path):
+        def one(p: Path) -> str | OSError:
             try:
                 return sha256_file(p)
             except OSError as exc:
