@@ -20,7 +20,7 @@ SST-2 dev sentences), each through the ``edge-infer`` CLI in a child process:
 Ray start-up: ``ray.init()`` of a fresh local Ray in a child process (object store
 200 MB), timed apart. Rounds: one (a noisy shared box: read ratios, not absolutes).
 
-Usage: python bench/bench_ray.py [--n-digits 4000] [--n-text 1000] [--reuse DIR] [--out bench/results/ray.json]
+Usage: python bench/bench_ray.py [--n-digits 30000] [--n-text 1000] [--reuse DIR] [--out bench/results/ray.json]
 """
 
 from __future__ import annotations
@@ -76,8 +76,10 @@ def inputs(tmp: Path, n_digits: int, n_text: int) -> dict[str, Path]:
 
 
 def score(art: Path, src: Path, out: Path, *extra: str) -> dict:
+    # local score: its default batch (32); Ray: its own default, sized at start to ~100 ms of model time
+    batch = [] if "--engine" in extra else ["--batch-size", "32"]
     cmd = [PY, "-m", "edge_runtime", "score", str(art), str(src), "-o", str(out), "--force", "--quiet", "--json",
-           "--batch-size", "32", *extra]
+           *batch, *extra]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
@@ -104,12 +106,13 @@ def ray_init_seconds() -> float:
 def ray_row(report: dict) -> dict:
     r = report["ray"]
     return {"steady_per_s": r.get("steady_per_s"), "wall_per_s": report["throughput_per_s"],
-            "actor_startup_s": r.get("first_rows_s"), "actors": r["actors"], "ok": report["ok"]}
+            "actor_startup_s": r.get("first_rows_s"), "actors": r["actors"], "ok": report["ok"],
+            "batch_size": r.get("batch_size"), "batch_size_why": r.get("batch_size_why")}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n-digits", type=int, default=4000)
+    ap.add_argument("--n-digits", type=int, default=30000)     # ~10 s locally: long against actor start-up
     ap.add_argument("--n-text", type=int, default=1000)
     ap.add_argument("--models", default="digits,minilm")
     ap.add_argument("--reuse", type=Path, help="a folder holding digits-int8/ and minilm-embedding/ from an earlier "

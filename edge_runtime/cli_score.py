@@ -26,7 +26,8 @@ from .errors import InputError
 @click.option("--field", help="JSONL field / CSV column holding the input (default: text, image or inputs by task).")
 @click.option("--id-field", help="JSONL field / CSV column holding the record id (default: id). A record without "
                                  "one gets id null; every line carries its input line number in 'line'.")
-@click.option("--batch-size", default=32, show_default=True, type=int)
+@click.option("--batch-size", type=int, help="Items per batch [default: 32; with --engine ray, sized so a batch "
+                                             "holds ~100 ms of model time, measured at start (32-512)].")
 @click.option("--concurrency", default=2, show_default=True, type=int, help="Batches in flight.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run after its last complete line; refused "
                                              "unless the output's job record matches this job.")
@@ -108,7 +109,7 @@ def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, co
                                id_field=id_field, cap=cap)
         job = None if to_stdout else job_identity(rt, records.source, deadline_ms=deadline_ms)
         progress = Progress(count_records(input_path, fmt), sys.stderr, enabled=not quiet)
-        summary = score(rt, records, "-" if to_stdout else Path(output), batch_size=batch_size,
+        summary = score(rt, records, "-" if to_stdout else Path(output), batch_size=32 if batch_size is None else batch_size,
                         concurrency=concurrency, resume=resume, force=force, deadline_ms=deadline_ms,
                         progress=progress, job=job,
                         stream=sys.stdout.buffer if to_stdout else None)

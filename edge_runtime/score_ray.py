@@ -164,8 +164,34 @@ def _todo(records, skip: int, summary: Summary, out) -> list:
     return todo
 
 
+RAY_BATCH_MS = 100.0       # a Ray batch should hold about this much model time
+RAY_BATCH_MIN, RAY_BATCH_MAX = 32, 512
+
+
+def auto_batch_size(rt) -> tuple[int, str]:
+    """(batch size, why) for Ray: each batch costs Ray ~7 ms (object store, Arrow, the actor call;
+    measured on 2 cores), so a batch should hold ~``RAY_BATCH_MS`` of model time. The per-item time
+    is the median of 3 calls on the task's warm-up sample after one unmeasured call; without a
+    sample, 32. Digits (~0.3 ms): 32 -> 334: Ray's steady rate went from 0.72 to 1.21 x local score."""
+    sample = rt.task.warmup_sample()
+    if sample is None:
+        return RAY_BATCH_MIN, "default (the task has no sample to time)"
+    try:
+        rt.infer(sample)
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            rt.infer(sample)
+            times.append((time.perf_counter() - t) * 1000)
+    except EdgeRuntimeError as exc:
+        return RAY_BATCH_MIN, f"default (timing the warm-up sample failed: {exc.message})"
+    per_item = sorted(times)[1]
+    size = max(RAY_BATCH_MIN, min(RAY_BATCH_MAX, int(RAY_BATCH_MS / max(per_item, 1e-3))))
+    return size, f"measured: {per_item:.3f} ms per item here, ~{RAY_BATCH_MS:g} ms of model time per batch"
+
+
 def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str | None = None,
-              id_field: str | None = None, batch_size: int = 32, actors: int = 2, cpus_per_actor: float = 1,
+              id_field: str | None = None, batch_size: int | None = None, actors: int = 2, cpus_per_actor: float = 1,
               address: str | None = None, device: str = "auto", strict: bool = False,
               device_options: dict | None = None, deadline_ms: int | None = None, resume: bool = False,
               force: bool = False, progress: Progress | None = None, stream=None, verify: bool = True,
@@ -181,12 +207,15 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
     if resume and to_stream:
         raise InputError("--resume needs an output file: '-' (stdout) cannot be resumed",
                          code=ec.SCORE_OPTIONS_CONFLICT)
-    if batch_size < 1 or actors < 1 or cpus_per_actor <= 0:
+    if (batch_size is not None and batch_size < 1) or actors < 1 or cpus_per_actor <= 0:
         raise InputError("--batch-size and --actors must be at least 1, --cpus-per-actor above 0",
                          code=ec.INPUT_INVALID)
     with load(artifact, device=device, strict=strict, device_options=device_options, warmup=False) as rt:
         cap = 4 * rt.limits.max_request_bytes + 65536
         field = field or type(rt.task).score_field
+        batch_why = "given"
+        if batch_size is None:
+            batch_size, batch_why = auto_batch_size(rt)
         batch_size = min(batch_size, rt.limits.max_batch_items)
         records = _records(input_path, fmt, field, id_field, cap)
         source = dict(records.source)
@@ -205,7 +234,8 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
         seal = rt.artifact.manifest.get("manifest_sha256")
         actor_device, target = rt.device, rt.variant["target"]
         info = {"device": rt.device, "target": target, "engine": "ray", "actors": actors,
-                "cpus_per_actor": cpus_per_actor, "address": address or "local"}
+                "cpus_per_actor": cpus_per_actor, "address": address or "local", "batch_size": batch_size,
+                "batch_size_why": batch_why}
     summary = Summary(batch_size=batch_size)
     parquet_out = not to_stream and Path(out).suffix.lower() in (".parquet", ".pq")
     final = Path(out) if not to_stream else None

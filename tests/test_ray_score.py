@@ -238,3 +238,20 @@ def test_the_writer_writes_each_index_once_in_order(tmp_path):
         w.add([5, 6], [text(5), text(6)])
     got = [json.loads(x)["index"] for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert got == [2, 3, 4, 5, 6] and w.duplicates == 4 and summary.scored == 5
+
+
+def test_ray_batch_size_is_measured_unless_given(digits_artifact, make_artifact):
+    """Without --batch-size, a Ray batch holds ~RAY_BATCH_MS of model time measured on the warm-up
+    sample (digits: far more than 32 items), within the bounds; a task with no sample keeps 32."""
+    import edge_runtime as er
+    from edge_runtime.score_ray import RAY_BATCH_MAX, RAY_BATCH_MIN, RAY_BATCH_MS, auto_batch_size
+
+    with er.load(digits_artifact, device="onnxruntime", warmup=False) as rt:
+        size, why = auto_batch_size(rt)
+        assert RAY_BATCH_MIN < size <= RAY_BATCH_MAX and why.startswith("measured"), (size, why)
+        per_item = float(why.split()[1])
+        want = RAY_BATCH_MS / per_item                                  # per_item is rounded in the text
+        assert size in (RAY_BATCH_MIN, RAY_BATCH_MAX) or abs(size - want) <= 0.01 * want + 1, (size, want)
+        assert rt.metrics()["latency_seconds"]                        # it ran the model (not a guess)
+    with er.load(make_artifact("tensors"), device="fake") as rt:
+        assert auto_batch_size(rt) == (RAY_BATCH_MIN, "default (the task has no sample to time)")
