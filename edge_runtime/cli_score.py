@@ -41,8 +41,9 @@ from .errors import InputError
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: this process. ray: actors on Ray Data (pip install 'edge-runtime[ray]'); the artifact "
                    "and image inputs must be at the same path on every node.")
-@click.option("--address", help="--engine ray: 'auto' (the cluster this machine belongs to) or ray://HOST:PORT "
-                                "(default: start a local Ray, object store capped at 200 MB).")
+@click.option("--address", help="--engine ray: 'auto' (the cluster this machine belongs to) or a cluster's GCS "
+                                "HOST:PORT (default: start a local Ray, object store capped at 200 MB). Not ray:// "
+                                "(Ray Data does not run through Ray Client): use `ray job submit`.")
 @click.option("--actors", type=int, default=2, show_default=True, help="--engine ray: scoring actors.")
 @click.option("--cpus-per-actor", type=float, default=1, show_default=True,
               help="--engine ray: CPUs per actor; the backend's threads are sized to it.")

@@ -207,6 +207,13 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
     if resume and to_stream:
         raise InputError("--resume needs an output file: '-' (stdout) cannot be resumed",
                          code=ec.SCORE_OPTIONS_CONFLICT)
+    if address and address.startswith("ray://"):
+        # measured with Ray 2.60: Ray Data's streaming executor needs a core worker in the driver,
+        # which a Ray Client driver does not have ('Worker' object has no attribute 'core_worker')
+        raise InputError(f"--address {address}: Ray Data does not run through Ray Client (ray://); run the "
+                         "command on the cluster instead: `ray job submit --address http://HEAD:8265 -- "
+                         "edge-infer score ... --engine ray --address auto`, or on the head node with "
+                         "--address auto", code=ec.INPUT_INVALID)
     if (batch_size is not None and batch_size < 1) or actors < 1 or cpus_per_actor <= 0:
         raise InputError("--batch-size and --actors must be at least 1, --cpus-per-actor above 0",
                          code=ec.INPUT_INVALID)

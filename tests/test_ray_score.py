@@ -255,3 +255,15 @@ def test_ray_batch_size_is_measured_unless_given(digits_artifact, make_artifact)
         assert rt.metrics()["latency_seconds"]                        # it ran the model (not a guess)
     with er.load(make_artifact("tensors"), device="fake") as rt:
         assert auto_batch_size(rt) == (RAY_BATCH_MIN, "default (the task has no sample to time)")
+
+
+def test_ray_client_address_is_refused_with_the_way_that_works(tmp_path):
+    """Ray Data cannot run through Ray Client (ray://): a typed refusal naming `ray job submit`, before
+    anything is read, written or started."""
+    from edge_runtime.errors import InputError
+    from edge_runtime.score_ray import score_ray
+
+    with pytest.raises(InputError) as e:
+        score_ray(tmp_path / "no-artifact", tmp_path / "in.jsonl", tmp_path / "out.jsonl", address="ray://head:10001")
+    assert e.value.code == "input_invalid" and "ray job submit" in e.value.message
+    assert not (tmp_path / "out.jsonl").exists()
