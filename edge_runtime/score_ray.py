@@ -28,8 +28,9 @@ copy whose seal is not the driver's fails its rows (``artifact_copy_differs``)
 instead of scoring with another version.
 
 ``ray.init`` happens here, inside the command: ``address=None`` starts a local Ray
-with its object store capped at 200 MB (``OBJECT_STORE_BYTES``); ``"auto"`` or
-``ray://HOST:PORT`` joins a cluster.
+with its object store capped at 200 MB (``OBJECT_STORE_BYTES``); ``"auto"`` or a
+GCS ``HOST:PORT`` joins a cluster; ``ray://`` (Ray Client) is refused: Ray Data needs a
+core worker in the driver.
 """
 
 from __future__ import annotations
