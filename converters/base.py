@@ -84,6 +84,7 @@ class Converter(abc.ABC):
     target: str = ""                       # the variant's target name
     suffix: str = ".onnx"                  # bucket model file suffix (".xml", ".mlpackage", ...)
     fallback_target: str | None = None     # built instead when this one is skipped (--allow-skip)
+    quantizes: bool = True                 # False: a float target (onnx-fp32), calibration unused
 
     @property
     def recipes(self) -> tuple[str, ...]:

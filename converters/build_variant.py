@@ -134,7 +134,8 @@ def runtime_record(measured: Measured) -> dict:
 
 def _build_bucket(job: Job, converter: Converter, target: str, fb: Fp32Bucket, calib: list, recipe,
                   overrides: dict | None, budget, progress) -> BucketBuild:
-    progress(f"{target}: quantizing bucket {fb.name} with {len(calib)} calibration samples")
+    progress(f"{target}: quantizing bucket {fb.name} with {len(calib)} calibration samples" if converter.quantizes
+             else f"{target}: building bucket {fb.name} (float, not quantized)")
     one = job.task([fb.spec])
     prepared = []
     for s in calib:

@@ -65,7 +65,9 @@ def _json_arg(value, what):
 @click.option("--task", required=True, type=TaskName(),
               help="The task: a registered one (the built-ins, and any a plug-in adds).")
 @click.option("--target", "targets", multiple=True, default=["onnx-int8"], show_default=True,
-              help="onnx-int8, openvino, tflite-int8, edgetpu, coreml (repeatable: one variant each).")
+              help="onnx-int8, openvino, tflite-int8, edgetpu, coreml, onnx-fp32 (repeatable: one variant each).")
+@click.option("--with-fp32", is_flag=True, help="Also an onnx-fp32 variant (the float model, static shapes): never "
+              "chosen by policy, only by `edge-infer tune` where int8 is slower than float on the CPU it measures.")
 @click.option("--calibration", required=True, type=click.Path(), help="txt/JSONL (text), image folder/.npy, .npz.")
 @click.option("--labels", type=click.Path(), help="labels.txt, one label a line.")
 @click.option("--tokenizer", type=click.Path(), help="tokenizer.json (text tasks).")
@@ -107,7 +109,7 @@ def _json_arg(value, what):
 def convert(source, out, task, targets, calibration, labels, tokenizer, buckets, input_shapes, min_parity,
             parity_data, min_calibration_samples, min_parity_samples, allow_few_samples, probe_samples,
             probe_max_bytes, allow_skip, preprocess, postprocess, family, recipe, recipe_overrides, torch_source, name, model_version,
-            force, as_json):
+            force, as_json, with_fp32=False):
     """Convert SOURCE (a float ONNX model) to an int8 static-shape artifact.
 
     Parity against the fp32 source is measured on held-out samples and gated:
@@ -143,6 +145,8 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
                          code=ec.CONVERT_REQUEST_INVALID)
     if family:
         post = {**(post or {}), "family": family}
+    if with_fp32 and "onnx-fp32" not in targets:
+        targets = (*targets, "onnx-fp32")
     req = ConvertRequest(
         source=Path(source), out=Path(out), task=task, targets=list(targets), calibration=Path(calibration),
         labels=Path(labels) if labels else None, tokenizer=Path(tokenizer) if tokenizer else None,

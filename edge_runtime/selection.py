@@ -55,6 +55,14 @@ def _arm(hw: dict, target: str) -> bool:
     return str(hw.get("machine", "")).lower() in ("aarch64", "arm64", "armv7l")
 
 
+def _float(hw: dict, target: str) -> bool:
+    return target == "onnx-fp32"
+
+
+def _not_float(hw: dict, target: str) -> bool:
+    return target != "onnx-fp32"
+
+
 def _int8_dot(hw: dict, target: str) -> bool:
     return target == "onnx-int8" and bool((hw.get("cpu") or {}).get("int8_dot"))
 
@@ -84,10 +92,12 @@ POLICY: tuple[tuple[Rule, ...], ...] = (
     (Rule("tflite", "cpu", "ARM", "LiteRT/XNNPACK, the lightest CPU runtime on ARM boards", _arm),),
     (Rule("onnxruntime", "cpu", "onnx-int8 on a CPU with int8 dot products (VNNI/AMX/dotprod)",
           "ONNX Runtime's int8 kernels without int16 saturation", _int8_dot),),
-    (Rule("onnxruntime", "cpu", "", "ONNX Runtime on the CPU"),
+    (Rule("onnxruntime", "cpu", "an int8 variant", "ONNX Runtime on the CPU", _not_float),
      Rule("coreml", "cpu", "", "Core ML on an Intel Mac (CPU and GPU)")),
     (Rule("tflite", "cpu", "", "LiteRT on a non-ARM CPU"),),
     (Rule("openvino", "cpu", "", "OpenVINO without AVX2"),),
+    (Rule("onnxruntime", "cpu", "an onnx-fp32 (float) variant", "float, below every int8 path: run when tune "
+          "measures it fastest within budget here (`convert --with-fp32`), or when asked for", _float),),
     (Rule("edgetpu", "unready", "", "an Edge TPU without libedgetpu: still forceable, ranked below every CPU path"),),
     (Rule("*", "*", "", "any other backend that can run (third-party, tests): above 'cannot' only"),),
 )
