@@ -28,6 +28,7 @@ from . import error_codes as ec
 from .errors import (ArtifactError, DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout,
                      InputError)
 from .batch_path import run_grouped
+from .threads_fit import fit_threads
 from .limits import DEFAULT_LIMITS, Limits
 from .records import Manifest, Variant
 from .measured_here import isa_note, tuned_summary
@@ -138,9 +139,13 @@ class Runtime:
         self._closed = False
         self._lock = threading.Lock()
         self.warmup_ms: dict[str, float] = {}
+        self.threads_fit: dict | None = None
         try:
             if warmup:
                 self._warm_up()
+                if not isolate:         # a sub-millisecond model on one thread, if that is as fast (threads_fit)
+                    self.threads_fit = fit_threads(self, backend, lambda b, opts: backend.load(
+                        self.artifact.path(b.file), b, sub, opts, **extra))
                 self._metrics.reset()       # the warm-up call is not traffic
             self.other_files_verify_ms = rest.wait()     # ArtifactError if another variant is corrupt
         except BaseException:
@@ -492,6 +497,7 @@ class Runtime:
             "isa": self.isa,
             "verified_here": self.verified_here,
             "tuned": tuned_summary(self.tuned, self.choice),
+            "threads_fit": self.threads_fit,
         }
 
 

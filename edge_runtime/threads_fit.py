@@ -1,0 +1,103 @@
+"""One CPU thread for a model too small to use two, by measurement at load.
+
+A backend's default thread count (ONNX Runtime and OpenVINO: every core) is right for a
+model of milliseconds and wrong for one of microseconds: on the 2-core Intel Xeon,
+digits-cnn (~30 µs a call) ran at the same wall time with one thread or two, while
+the second thread spun between calls and the process used **2x the CPU** (ORT
+111 µs wall / 222 µs CPU per ``rt.infer`` against 88 / 88 with one thread; OpenVINO
+146 / 290 against 122 / 122), CPU a board's other processes (a camera loop, the
+server's event loop, its client) then lack. So when the caller and the artifact set
+no thread count, after the warm-up each bucket is timed with the default
+(``CALLS`` calls, median); if every bucket is under ``TINY_CALL_MS``, one-thread
+sessions are opened and timed the same way, and they replace the default ones when
+no bucket is slower than ``KEEP_IF_WITHIN`` x. The record is ``rt.info()["threads_fit"]``.
+A machine where one thread is slower (many cores, a model near the bound) keeps its
+default: the decision is measured where it runs, never assumed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import time
+
+import numpy as np
+
+log = logging.getLogger("edge_runtime.runtime")
+
+TINY_CALL_MS = 1.0      # buckets whose default-thread call takes longer keep the default
+KEEP_IF_WITHIN = 1.10   # one thread is kept when no bucket is slower than this x the default
+CALLS = 7
+
+
+def _feeds(bucket) -> dict:
+    return {t.name: np.ones(t.shape, dtype=t.dtype) for t in bucket.inputs}
+
+
+def _median_ms(sess, feeds, bound: float | None = None) -> float:
+    """The median of ``CALLS`` timed calls; a first call over ``bound`` ms is the answer alone
+    (a model of milliseconds pays one extra call at load, not seven)."""
+    times = []
+    for _ in range(CALLS):
+        t = time.perf_counter()
+        sess.run(feeds)
+        times.append((time.perf_counter() - t) * 1000)
+        if bound is not None and times[0] > bound:
+            break
+    return statistics.median(times)
+
+
+def eligible(rt, backend) -> str | None:
+    """Why the thread count is not fitted here, or None when it is."""
+    if "threads" in rt.device_options:
+        return "the thread count is set (by the caller or the artifact)"
+    if os.environ.get("EDGE_RUNTIME_THREADS"):
+        return "$EDGE_RUNTIME_THREADS is set"
+    if not any(o.name == "threads" for o in backend.options):
+        return f"{backend.name} has no threads option"
+    if rt.choice.suitability.tier != "cpu":
+        return "not a CPU device"
+    if (os.cpu_count() or 1) < 2:
+        return "one core"
+    return None
+
+
+def fit_threads(rt, backend, open_bucket) -> dict:
+    """The record of the fit; swaps ``rt._sessions`` for one-thread ones when they are kept.
+    ``open_bucket(bucket, options)`` opens a session as the runtime does."""
+    why_not = eligible(rt, backend)
+    if why_not:
+        return {"threads": None, "why": why_not}
+    buckets = list(rt.variant.buckets)
+    feeds = [_feeds(b) for b in buckets]
+    default_ms = []
+    for sess, f in zip(rt._sessions, feeds):
+        default_ms.append(round(_median_ms(sess, f, bound=TINY_CALL_MS), 4))
+        if default_ms[-1] > TINY_CALL_MS:
+            return {"threads": None, "default_ms": default_ms,
+                    "why": f"a call takes {default_ms[-1]:.3f} ms (> {TINY_CALL_MS} ms): the default thread count"}
+    one: list = []
+    try:
+        for b, f in zip(buckets, feeds):
+            s = open_bucket(b, {**rt.device_options, "threads": 1})
+            one.append(s)
+            s.run(f)                                  # its first call, as the warm-up gave the others
+        one_ms = [round(_median_ms(s, f), 4) for s, f in zip(one, feeds)]
+    except Exception as exc:                          # the default sessions stay, as they are
+        for s in one:
+            s.close()
+        log.debug("one-thread sessions could not be measured: %s", exc)
+        return {"threads": None, "default_ms": default_ms, "why": f"one-thread sessions failed: {exc}"}
+    worst = max(o / d if d > 0 else 1.0 for o, d in zip(one_ms, default_ms))
+    if worst > KEEP_IF_WITHIN:
+        for s in one:
+            s.close()
+        return {"threads": None, "default_ms": default_ms, "one_thread_ms": one_ms,
+                "why": f"one thread was {worst:.2f}x slower here: the default thread count"}
+    old, rt._sessions = rt._sessions, one
+    for s in old:
+        s.close()
+    return {"threads": 1, "default_ms": default_ms, "one_thread_ms": one_ms,
+            "why": f"every bucket's call is under {TINY_CALL_MS} ms and one thread is as fast "
+                   f"({worst:.2f}x the default): a second thread would only spin"}

@@ -1,0 +1,110 @@
+"""A sub-millisecond model gets one CPU thread when one is as fast (``threads_fit``), measured at
+load; a slower model, a caller's thread count, or a machine where one thread is slower keep the
+default."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import edge_runtime as er
+from edge_runtime import threads_fit as tf
+
+
+class _Sess:
+    def __init__(self, ms: float):
+        self.ms, self.closed, self.calls = ms, False, 0
+
+    def run(self, feeds):
+        self.calls += 1
+        end = time.perf_counter() + self.ms / 1000
+        while time.perf_counter() < end:
+            pass
+        return {"y": np.zeros(1, np.float32)}
+
+    def close(self):
+        self.closed = True
+
+
+def _rt(default_ms: float, options=None):
+    bucket = SimpleNamespace(inputs=[SimpleNamespace(name="x", shape=[1, 4], dtype="float32")])
+    return SimpleNamespace(device_options=dict(options or {}), variant=SimpleNamespace(buckets=[bucket, bucket]),
+                           choice=SimpleNamespace(suitability=SimpleNamespace(tier="cpu")),
+                           _sessions=[_Sess(default_ms), _Sess(default_ms)])
+
+
+BACKEND = SimpleNamespace(name="stub", options=[SimpleNamespace(name="threads")])
+
+
+@pytest.fixture
+def _cores(monkeypatch):
+    monkeypatch.setattr(tf.os, "cpu_count", lambda: 4)
+    monkeypatch.delenv("EDGE_RUNTIME_THREADS", raising=False)
+
+
+@pytest.mark.usefixtures("_cores")
+def test_one_thread_is_kept_when_as_fast():
+    rt = _rt(0.2)
+    old = list(rt._sessions)
+    rec = tf.fit_threads(rt, BACKEND, lambda b, opts: _Sess(0.2 if opts["threads"] == 1 else 9))
+    assert rec["threads"] == 1 and len(rec["one_thread_ms"]) == 2, rec
+    assert all(s.closed for s in old) and rt._sessions is not old and not any(s.closed for s in rt._sessions)
+
+
+@pytest.mark.usefixtures("_cores")
+def test_default_kept_when_one_thread_is_slower():
+    rt = _rt(0.2)
+    old = list(rt._sessions)
+    opened: list = []
+    rec = tf.fit_threads(rt, BACKEND, lambda b, opts: opened.append(_Sess(0.5)) or opened[-1])
+    assert rec["threads"] is None and "slower" in rec["why"], rec
+    assert rt._sessions == old and all(s.closed for s in opened)          # the trial sessions are released
+
+
+@pytest.mark.usefixtures("_cores")
+def test_default_kept_for_a_model_of_milliseconds_after_one_call():
+    rt = _rt(tf.TINY_CALL_MS * 3)
+    rec = tf.fit_threads(rt, BACKEND, lambda b, opts: pytest.fail("no one-thread session for a slow model"))
+    assert rec["threads"] is None and rec["default_ms"][0] > tf.TINY_CALL_MS
+    assert rt._sessions[0].calls == 1                                     # one timed call, not seven
+
+
+@pytest.mark.usefixtures("_cores")
+@pytest.mark.parametrize("rt_kw,backend,env,why", [
+    ({"options": {"threads": 2}}, BACKEND, None, "set"),
+    ({}, SimpleNamespace(name="stub", options=[]), None, "no threads option"),
+    ({}, BACKEND, "3", "EDGE_RUNTIME_THREADS"),
+])
+def test_not_fitted_when_something_else_decides(rt_kw, backend, env, why, monkeypatch):
+    if env:
+        monkeypatch.setenv("EDGE_RUNTIME_THREADS", env)
+    rt = _rt(0.1, **rt_kw)
+    rec = tf.fit_threads(rt, backend, lambda b, opts: pytest.fail("not measured"))
+    assert rec["threads"] is None and why in rec["why"]
+
+
+def test_digits_runs_on_one_thread_without_a_spinning_second(digits_artifact):
+    """The real thing: digits on ONNX Runtime gets one thread here, and the process spends about
+    one CPU-second per wall-second on it (a second, spinning thread made it ~2x)."""
+    from PIL import Image
+    from pathlib import Path
+
+    img = np.asarray(Image.open(sorted((Path(__file__).resolve().parents[1] / "models" / "zoo" / "digits-cnn"
+                                        / "held_out").rglob("*.png"))[0]).convert("L"))
+    with er.load(digits_artifact, device="onnxruntime") as rt:
+        fit = rt.info()["threads_fit"]
+        if (tf.os.cpu_count() or 1) < 2:
+            pytest.skip("one core: nothing to fit")
+        assert fit["threads"] == 1, fit
+        for _ in range(200):
+            rt.infer(img)
+        c, t = time.process_time(), time.perf_counter()
+        for _ in range(2000):
+            rt.infer(img)
+        ratio = (time.process_time() - c) / (time.perf_counter() - t)
+        assert ratio < 1.5, ratio
+    with er.load(digits_artifact, device="onnxruntime", device_options={"threads": 2}) as rt:
+        assert rt.info()["threads_fit"]["threads"] is None
