@@ -29,6 +29,7 @@ log = logging.getLogger("edge_runtime.runtime")
 TINY_CALL_MS = 1.0      # buckets whose default-thread call takes longer keep the default
 KEEP_IF_WITHIN = 1.10   # one thread is kept when no bucket is slower than this x the default
 CALLS = 7
+WARMUP_SKIP_MS = 5.0    # a bucket whose warm-up (first) call took longer is not timed at all
 
 
 def _feeds(bucket) -> dict:
@@ -70,6 +71,12 @@ def fit_threads(rt, backend, open_bucket) -> dict:
     if why_not:
         return {"threads": None, "why": why_not}
     buckets = list(rt.variant.buckets)
+    warm = getattr(rt, "warmup_ms", {}) or {}
+    slow = [(b.name, warm[b.name]) for b in buckets if getattr(b, "name", None) in warm
+            and warm[b.name] > WARMUP_SKIP_MS]
+    if slow:      # a first call this slow: a model of milliseconds, not worth a timed call at load
+        return {"threads": None, "why": f"bucket {slow[0][0]}'s warm-up call took {slow[0][1]:.1f} ms "
+                                        f"(> {WARMUP_SKIP_MS:g} ms): the default thread count"}
     feeds = [_feeds(b) for b in buckets]
     default_ms = []
     for sess, f in zip(rt._sessions, feeds):

@@ -73,6 +73,17 @@ def test_default_kept_for_a_model_of_milliseconds_after_one_call():
 
 
 @pytest.mark.usefixtures("_cores")
+def test_a_slow_warm_up_call_skips_the_timing():
+    rt = _rt(0.1)
+    for i, b in enumerate(rt.variant.buckets):
+        b.name = "b"
+    rt.warmup_ms = {"b": tf.WARMUP_SKIP_MS * 2}
+    rec = tf.fit_threads(rt, BACKEND, lambda b, opts: pytest.fail("not measured"))
+    assert rec["threads"] is None and "warm-up call took" in rec["why"]
+    assert rt._sessions[0].calls == 0
+
+
+@pytest.mark.usefixtures("_cores")
 @pytest.mark.parametrize("rt_kw,backend,env,why", [
     ({"options": {"threads": 2}}, BACKEND, None, "set"),
     ({}, SimpleNamespace(name="stub", options=[]), None, "no threads option"),
