@@ -146,6 +146,10 @@ class Runtime:
                 if not isolate:         # a sub-millisecond model on one thread, if that is as fast (threads_fit)
                     self.threads_fit = fit_threads(self, backend, lambda b, opts: backend.load(
                         self.artifact.path(b.file), b, sub, opts, **extra))
+                    if self.threads_fit.get("threads"):       # new sessions: their capabilities, read once
+                        self.capabilities = [s.capabilities for s in self._sessions]
+                        self._drive = [(c.inline, c.cancellable) for c in self.capabilities]
+                        self._batched = all(c.batched for c in self.capabilities)
                 self._metrics.reset()       # the warm-up call is not traffic
             self.other_files_verify_ms = rest.wait()     # ArtifactError if another variant is corrupt
         except BaseException:
