@@ -31,8 +31,14 @@ def test_valid_artifact_loads_and_verifies(make_artifact):
 @pytest.mark.parametrize("task", ["text-classification", "image-classification", "tensors"])
 def test_byte_flip_in_every_file_is_refused(make_artifact, task):
     root = make_artifact(task)
-    files = json.loads((root / "manifest.json").read_text())["files"]
-    assert files
+    assert json.loads((root / "manifest.json").read_text())["files"]
+    flip_each_file(root)
+    er.load(root, device="fake").close()   # restored: loads again
+
+
+def flip_each_file(root) -> list[str]:
+    """Flip one bit in each listed file in turn: each is refused naming that file, then restored."""
+    files = list(json.loads((root / "manifest.json").read_text())["files"])
     for rel in files:
         p = root / rel
         original = p.read_bytes()
@@ -42,7 +48,7 @@ def test_byte_flip_in_every_file_is_refused(make_artifact, task):
         err = refused(root, "artifact_hash_mismatch", rel)
         assert "sha256" in err.message
         p.write_bytes(original)
-    er.load(root, device="fake").close()   # restored: loads again
+    return files
 
 
 @pytest.mark.parametrize("task", ["text-classification", "image-classification"])
@@ -54,17 +60,9 @@ def test_byte_flip_is_refused_when_files_are_hashed_side_by_side(make_artifact, 
     monkeypatch.setattr(artifact_mod, "PARALLEL_HASH_BYTES", 1)
     monkeypatch.setattr(artifact_mod.os, "cpu_count", lambda: 4)
     root = make_artifact(task)
-    files = list(json.loads((root / "manifest.json").read_text())["files"])
-    assert len(files) > 1
     load_artifact(root)
-    for rel in files:
-        p = root / rel
-        original = p.read_bytes()
-        data = bytearray(original)
-        data[len(data) // 2] ^= 0x01
-        p.write_bytes(bytes(data))
-        refused(root, "artifact_hash_mismatch", rel)
-        p.write_bytes(original)
+    files = flip_each_file(root)
+    assert len(files) > 1
     for rel in files[-2:]:                    # two bad files: the first in manifest order is named
         (root / rel).write_bytes(b"\0" * len((root / rel).read_bytes()))
     refused(root, "artifact_hash_mismatch", files[-2])
