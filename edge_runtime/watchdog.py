@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 import time
 
@@ -46,8 +47,9 @@ class Watchdog:
     COMPACT_AT = 1024
 
     def __init__(self):
-        self._cv = threading.Condition()
+        self._cv = threading.Condition(threading.Lock())
         self._heap: list = []
+        self._wake_at = math.inf    # when the thread wakes by itself (inf: it waits for a notify)
         self._dead = 0          # disarmed entries still in the heap
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
@@ -59,9 +61,9 @@ class Watchdog:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="edge-infer-watchdog", daemon=True)
                 self._thread.start()
-            earliest = not self._heap or t_end < self._heap[0][0]
             heapq.heappush(self._heap, entry)
-            if earliest:
+            if t_end < self._wake_at:
+                self._wake_at = t_end       # one notify, however many calls arrive before it runs
                 self._cv.notify()
         return token, entry
 
@@ -88,10 +90,12 @@ class Watchdog:
                     heapq.heappop(self._heap)
                     self._dead -= 1
                 if not self._heap:
+                    self._wake_at = math.inf
                     self._cv.wait()
                     continue
                 wait = self._heap[0][0] - time.perf_counter()
                 if wait > 0:
+                    self._wake_at = self._heap[0][0]
                     self._cv.wait(wait)
                     continue
                 entry = heapq.heappop(self._heap)

@@ -54,3 +54,23 @@ def test_the_cli_exits_6_with_the_code(make_artifact, tmp_path):
                                     "--device-option", "nan_after=0", "--json"])
     assert res.exit_code == 6, res.output
     assert json.loads(res.stdout)["error"]["code"] == "non_finite_output"
+
+
+@pytest.mark.parametrize("size", [10, 256, 257, 4096])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.complex64])
+def test_the_scan_finds_every_kind_of_non_finite_value_small_or_large(size, dtype):
+    """The guard's two paths (Python's sum up to 256 values, numpy's above) agree: any NaN or
+    infinity anywhere is found; finite values whose sum overflows are not one."""
+    from edge_runtime.runtime import has_non_finite
+
+    clean = np.linspace(-3, 3, size).astype(dtype)
+    assert not has_non_finite(clean)
+    for bad in (np.nan, np.inf, -np.inf):
+        for at in (0, size // 2, size - 1):
+            arr = clean.copy()
+            arr[at] = bad
+            assert has_non_finite(arr), (bad, at)
+            assert has_non_finite(arr.reshape(1, -1)[:, ::-1]), (bad, at)     # non-contiguous view
+    big = np.full(size, np.finfo(dtype).max, dtype)            # finite; its sum overflows
+    assert not has_non_finite(big)
+    assert not has_non_finite(np.full(size, 7, np.int8))       # integers hold no NaN: never scanned
