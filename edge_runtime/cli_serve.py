@@ -27,6 +27,9 @@ from .cli_common import _guard, device_flags, device_options
 from .errors import DeviceError, InputError
 
 
+MAX_HEAD_BYTES = 64 * 1024     # the request line and headers, either parser
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -85,10 +88,15 @@ def _say(line: str) -> None:
 @click.option("--no-verify", is_flag=True, help="Skip the probe-set check on this machine at load.")
 @click.option("--no-inline", is_flag=True, help="Run every model call on the thread pool (by default a model "
               "measured at <= 1 ms per call runs on the event loop, saving the hand-off).")
+@click.option("--http-parser", type=click.Choice(["auto", "httptools", "h11"]), default="auto", show_default=True,
+              help="HTTP/1.1 parser: httptools (C; auto takes it when installed) or h11 (pure Python). Both cap "
+                   "the request head at 64 KiB and time it out after --read-timeout.")
+@click.option("--loop", "loop_name", type=click.Choice(["auto", "uvloop", "asyncio"]), default="auto",
+              show_default=True, help="Event loop: uvloop (auto takes it when installed) or asyncio's own.")
 @_guard
 def serve(artifacts, repository, host, port, grpc_port, no_grpc, token, insecure, device, device_option,
           max_in_flight, max_queue, batch_delay_ms, max_body_bytes, read_timeout, drain_timeout, no_verify,
-          no_inline):
+          no_inline, http_parser, loop_name):
     """Serve ARTIFACT... over the Open Inference Protocol (KServe v2): HTTP (and gRPC), tritonclient works as is.
 
     \b
@@ -109,10 +117,38 @@ def serve(artifacts, repository, host, port, grpc_port, no_grpc, token, insecure
     core = ServeCore(paths, device=device, device_options=device_options(device_option) or None,
                      max_in_flight=max_in_flight, max_queue=max_queue, batch_delay_ms=batch_delay_ms,
                      max_body_bytes=max_body_bytes, verify=not no_verify, inline=not no_inline)
+    parser, loop_factory = http_stack(http_parser, loop_name)
     try:
-        asyncio.run(_run(core, host, port, None if no_grpc else grpc_port, token, read_timeout, drain_timeout))
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(_run(core, host, port, None if no_grpc else grpc_port, token, read_timeout, drain_timeout,
+                            parser))
     finally:
         core.close()
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def http_stack(parser: str, loop: str):
+    """(parser name, event loop factory or None for asyncio's own). ``auto`` takes httptools and uvloop
+    when installed (the ``serve`` extra installs both): digits over HTTP, p50 round trip of a bare ASGI
+    app 0.19 ms with both against 0.44 ms with h11 on asyncio (2-core Xeon). Asking for one that is not
+    installed is a ``DeviceError`` naming the extra."""
+    for name, wanted in (("httptools", parser), ("uvloop", loop)):
+        if wanted == name and not _installed(name):
+            raise DeviceError(f"--{'http-parser' if name == 'httptools' else 'loop'} {name}: {name} is not installed "
+                              f"(pip install 'edge-runtime[serve]')", code=ec.DEVICE_UNAVAILABLE)
+    if parser == "auto":
+        parser = "httptools" if _installed("httptools") else "h11"
+    factory = None
+    if loop == "uvloop" or (loop == "auto" and _installed("uvloop")):
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    return parser, factory
 
 
 def _grpc_starter():
@@ -129,11 +165,19 @@ def _grpc_starter():
 
 
 async def _run(core, host: str, port: int, grpc_port: int | None, token: str | None, read_timeout: float,
-               drain_timeout: float) -> None:
+               drain_timeout: float, parser: str = "h11") -> None:
     import uvicorn
 
-    from .serve_h11 import protocol
     from .serve_http import create_app
+
+    if parser == "httptools":
+        from .serve_httptools import protocol as guarded
+
+        http_protocol: type = guarded(read_timeout, MAX_HEAD_BYTES)
+    else:
+        from .serve_h11 import protocol
+
+        http_protocol = protocol(read_timeout)
 
     class Server(uvicorn.Server):       # our signal handlers, not uvicorn's (it re-raises the signal on exit)
         @contextlib.contextmanager
@@ -146,13 +190,13 @@ async def _run(core, host: str, port: int, grpc_port: int | None, token: str | N
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     sock = _bind(host, port)
-    # h11 always, even where httptools is installed (uvicorn's "auto" would take it): h11 caps the
-    # request line and headers (h11_max_incomplete_event_size), uvicorn's httptools protocol takes a
-    # header of any size (4 MB measured); and a deadline on the request head (serve_h11)
+    # our protocol classes, never uvicorn's own: both cap the request line and headers (uvicorn's
+    # httptools protocol takes a header of any size, 4 MB measured) and put a deadline on the request
+    # head (serve_h11, serve_httptools)
     config = uvicorn.Config(create_app(core, token=token, read_timeout_s=read_timeout), log_level="warning",
-                            http=protocol(read_timeout), access_log=False, lifespan="off", timeout_keep_alive=5,
+                            http=http_protocol, access_log=False, lifespan="off", timeout_keep_alive=5,
                             timeout_graceful_shutdown=max(1, int(drain_timeout + 0.999)),
-                            h11_max_incomplete_event_size=64 * 1024)
+                            h11_max_incomplete_event_size=MAX_HEAD_BYTES)
     server = Server(config)
     http_task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not http_task.done():
@@ -175,8 +219,9 @@ async def _run(core, host: str, port: int, grpc_port: int | None, token: str | N
             load.result()            # a load error: stop the listeners, then the CLI reports it
             http = f"{host}:{sock.getsockname()[1]}"
             models = ",".join(f"{n}/{v}" for n, v in core.models)
+            loop_kind = "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
             _say(f"ready http={http} grpc={grpc_where} models={models} load_s={core.load_s:.2f} "
-                 f"start_s={time.perf_counter() - t0:.2f}")
+                 f"start_s={time.perf_counter() - t0:.2f} http_parser={parser} loop={loop_kind}")
             await stop.wait()
     finally:
         await _shutdown(core, server, http_task, grpc_server, drain_timeout)

@@ -31,12 +31,12 @@ segmentation): ask for it by name there.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 import numpy as np
 
 from . import error_codes as ec
+from . import serve_json
 from .serve_types import BYTES, DATATYPES, InferRequest, ServeError, Tensor, datatype_of
 
 _BIG = ("embedding", "outputs", "raw_outputs")
@@ -101,7 +101,7 @@ def _item_json(res) -> bytes:
     d = res.to_dict()
     for k in _BIG:
         d.pop(k, None)
-    return json.dumps(d, separators=(",", ":"), default=str).encode("utf-8")
+    return serve_json.dumps(d, default=str)
 
 
 def _stack(arrays: list[np.ndarray]) -> np.ndarray:

@@ -15,13 +15,13 @@ body or not adding up to it. Each is a ``ServeError`` ``bad_request``.
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from typing import Any
 
 import numpy as np
 
+from . import serve_json
 from .serve_tensors import bad
 from .serve_types import BYTES, DATATYPES, InferRequest, InferResponse, Tensor
 
@@ -72,7 +72,7 @@ def decode_request(body: bytes, header_length: str | None, model: str, version: 
 
 def _json(head: bytes | memoryview) -> Any:
     try:
-        doc = json.loads(bytes(head))
+        doc = serve_json.loads(bytes(head))
     except RecursionError:
         raise bad("the request JSON nests too deep") from None
     except (ValueError, UnicodeDecodeError) as exc:
@@ -210,7 +210,7 @@ def encode_response(resp: InferResponse, binary_all: bool, binary_named: set[str
         doc["id"] = resp.id
     if resp.parameters:
         doc["parameters"] = resp.parameters
-    head = json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    head = serve_json.dumps(doc)
     if not blobs:
         return head, None
     return head + b"".join(blobs), len(head)

@@ -38,10 +38,16 @@ FORMATS = ("PNG", "JPEG", "BMP")
 _RESAMPLE = {"bilinear": 2, "nearest": 0, "bicubic": 3, "lanczos": 1, "box": 4}
 
 
+_PIL: list = []         # PIL.Image once imported: a from-import per call cost ~2 µs, twice per image
+
+
 def _pil():
+    if _PIL:
+        return _PIL[0]
     from PIL import BmpImagePlugin, Image, JpegImagePlugin, PngImagePlugin  # noqa: F401 (plugins load once, here)
 
     Image.MAX_IMAGE_PIXELS = None  # our own limit is checked first, from the header
+    _PIL.append(Image)
     return Image
 
 

@@ -359,7 +359,9 @@ def test_dynamic_batching_merges_requests_on_a_batched_backend(ov_digits_artifac
     from edge_runtime.serve_core import ServeCore
 
     images, labels = digit_images(8)
-    c = ServeCore([ov_digits_artifact], device="openvino", batch_delay_ms=20, max_in_flight=1, verify=False)
+    # inline=False: digits is sub-millisecond, and such a model runs on the loop, never batched
+    c = ServeCore([ov_digits_artifact], device="openvino", batch_delay_ms=20, max_in_flight=1, verify=False,
+                  inline=False)
     try:
         c.load_all()
         (m,) = c.models.values()

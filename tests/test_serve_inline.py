@@ -35,15 +35,19 @@ def _spy(m, delay_s: float = 0.0):
     return seen, real
 
 
-def test_sub_millisecond_model_runs_on_the_loop_then_leaves_it_after_a_slow_call(digits_artifact):
+@pytest.mark.parametrize("artifact", ["digits_artifact", "ov_digits_artifact"])
+def test_sub_millisecond_model_runs_on_the_loop_then_leaves_it_after_a_slow_call(artifact, request):
+    """On ONNX Runtime, and on OpenVINO, whose batch path would otherwise batch every request:
+    inline wins over dynamic batching for a sub-ms model; once demoted, the model batches again."""
     from edge_runtime.serve_core import ServeCore
 
     img = sorted(HELD_OUT.rglob("*.png"))[0].read_bytes()
     label = sorted(HELD_OUT.rglob("*.png"))[0].parent.name
-    core = ServeCore([digits_artifact])
+    core = ServeCore([request.getfixturevalue(artifact)])
     try:
         core.load_all()
         (m,) = core.models.values()
+        assert m.batched == (artifact == "ov_digits_artifact")
         assert m.inline is not None and m.inline.on, m.inline.call_ms
         assert 0 < m.inline.call_ms <= INLINE_MAX_MS
         assert m.rt.metrics()["latency_seconds"] == {}            # the timing calls are not traffic
@@ -61,7 +65,7 @@ def test_sub_millisecond_model_runs_on_the_loop_then_leaves_it_after_a_slow_call
         got = asyncio.run(main())
         assert [r.outputs[0].data[0].decode() for r in got] == [label, label]
         assert seen == loop_thread * 2                              # inline: the loop's own thread
-        assert m.inline.calls == 2
+        assert m.inline.calls == 2 and core._batches == 0
         text = core.metrics_text()
         assert 'edge_serve_inline{model="digits-cnn",version="1"} 1' in text
         # a stall: one inline call over the demotion bound, then the pool for good
@@ -72,6 +76,7 @@ def test_sub_millisecond_model_runs_on_the_loop_then_leaves_it_after_a_slow_call
         assert not m.inline.on and "inline call took" in m.inline.demoted
         assert seen[0] == "MainThread" and seen[1].startswith("edge-serve"), seen
         assert 'edge_serve_inline{model="digits-cnn",version="1"} 0' in core.metrics_text()
+        assert core._batches == (1 if m.batched else 0)             # demoted: the batch path again
     finally:
         core.close()
 
