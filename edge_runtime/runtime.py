@@ -1,45 +1,39 @@
-"""``load()`` and the ``Runtime``: verify, choose, warm up, serve ``infer()``.
+"""``load()`` and the ``Runtime``: verify, choose, load the buckets, fit threads, warm up.
 
-Hot path per call: limits → task.prepare → session.run (on a worker thread,
-bounded by the deadline) → task.finish → result. Nothing else.
+The per-call path (limits → task.prepare → session.run → the non-finite guard →
+task.finish → result) is ``runtime_call.CallPath``, which ``Runtime`` extends.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import cast
 
 import numpy as np
 
 from edge_runtime.devices import registry
-from edge_runtime.devices.base import PROVENANCE_KEYS, BatchSession, Session, SessionCrashed
+from edge_runtime.devices.base import PROVENANCE_KEYS, BatchSession, Session
 from edge_runtime.models import get_task
 
+from . import error_codes as ec
 from . import hardware as hw
 from . import tune as tuning
 from .artifact import BackgroundVerify, load_artifact, variant_files, verify_files
-from . import error_codes as ec
-from .errors import (ArtifactError, DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout,
-                     InputError)
-from .batch_path import run_grouped
-from .threads_fit import fit_threads
+from .errors import ArtifactError, DeviceError, EdgeRuntimeError, InputError
 from .limits import DEFAULT_LIMITS, Limits
-from .records import Manifest, Variant
 from .measured_here import isa_note, tuned_summary
 from .metrics import RuntimeMetrics
-from .result import InferenceResult, new_trace_id
+from .records import Variant
+from .runtime_call import CallPath, has_non_finite  # noqa: F401 (has_non_finite: its public home was here)
 from .selection import choose, session_fallback
-from .watchdog import WATCHDOG
+from .threads_fit import fit_threads
 
 log = logging.getLogger("edge_runtime")
-_SMALL = 256      # outputs up to this many values are checked for NaN/inf in Python
 _logged_fallbacks: set[str] = set()
 
 
@@ -62,7 +56,10 @@ def load(path, device: str = "auto", *, strict: bool = False, target: str | None
                    isolate=isolate, verify=verify, tune=tune, tuned_for=tuned_for)
 
 
-class Runtime:
+class Runtime(CallPath):
+    """A loaded artifact on one device: ``load()`` builds it; the call path (``infer``,
+    ``infer_batch``, ``metrics``) is :class:`~edge_runtime.runtime_call.CallPath`."""
+
     def __init__(self, path, *, device="auto", strict=False, target=None, limits=None, device_options=None,
                  warmup=True, hardware=None, workers=4, isolate=False, verify=False, tune=False,
                  tuned_for="latency"):
@@ -255,215 +252,6 @@ class Runtime:
     def __exit__(self, *exc):
         self.close()
 
-    # -- serving -----------------------------------------------------------
-    def infer(self, raw, *, deadline_ms: int | None = None, limits: dict | None = None,
-              trace_id: str | None = None, options: dict | None = None) -> InferenceResult:
-        """One result for ``raw``. ``options`` are the task's per-call settings (``Task.call_options``:
-        a detector's thresholds), checked against the limits; a task without any refuses them."""
-        t0 = time.perf_counter()
-        lim = self.limits if limits is None else self.limits.merged(limits)
-        try:
-            deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
-            opts = None if options is None else self._options(options, lim)
-            res = self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, trace_id, opts)
-            self._metrics.ok(res.bucket, res.latency_ms, res.input_length, res.truncated)
-            return res
-        except EdgeRuntimeError as exc:
-            self._metrics.error(exc)
-            raise
-
-    def _observe(self, res):
-        if isinstance(res, EdgeRuntimeError):
-            self._metrics.error(res)
-        else:
-            self._metrics.ok(res.bucket, res.latency_ms, res.input_length, res.truncated)
-        return res
-
-    def metrics(self) -> dict:
-        """Latency histograms per bucket, input lengths, error counts, fallbacks (a snapshot);
-        ``edge_runtime.metrics.prometheus_text(rt.metrics())`` renders it for a scrape."""
-        return self._metrics.snapshot()
-
-    def reset_metrics(self) -> None:
-        """Forget the calls so far (calls that were not traffic: a server's own timing calls)."""
-        self._metrics.reset()
-
-    def _options(self, options, lim: Limits) -> dict | None:
-        if options is None:
-            return None
-        if not isinstance(options, dict):
-            raise InputError(f"options must be a dict, not {type(options).__name__}", code=ec.INPUT_WRONG_TYPE)
-        return self.task.check_call_options(options, lim) if options else None
-
-    def infer_batch(self, items, *, deadline_ms: int | None = None, limits: dict | None = None,
-                    options: dict | None = None) -> list:
-        """One ``InferenceResult`` or ``EdgeRuntimeError`` per item, in input order.
-
-        The batch as a whole is checked first (item count, total size); the
-        deadline applies to each item. Backends whose sessions run many
-        requests at once (``run_many``: OpenVINO's THROUGHPUT queue) get the
-        whole batch, bounded by ``deadline × items`` per bucket group.
-        """
-        try:
-            results = self._batch(items, deadline_ms, limits, options)
-        except EdgeRuntimeError as exc:       # the batch as a whole was refused
-            self._metrics.error(exc)
-            raise
-        return [self._observe(r) for r in results]
-
-    def _batch(self, items, deadline_ms, limits, options=None) -> list:
-        lim = self.limits if limits is None else self.limits.merged(limits)
-        opts = self._options(options, lim)
-        if isinstance(items, np.ndarray) and items.ndim > 0:
-            items = list(items)                  # a stacked array: one item per leading index
-        if not isinstance(items, (list, tuple)):
-            raise InputError(f"infer_batch takes a list of inputs, not {type(items).__name__}",
-                             code=ec.INPUT_WRONG_TYPE)
-        if len(items) > lim.max_batch_items:
-            raise InputError(f"batch has {len(items)} items, over the limit of {lim.max_batch_items}",
-                             code=ec.INPUT_BATCH_TOO_LARGE, limit=lim.max_batch_items)
-        total = sum(self.task.request_bytes(x) for x in items)
-        if total > lim.max_request_bytes:
-            raise InputError(f"batch is {total} bytes, over the request limit of {lim.max_request_bytes}",
-                             code=ec.INPUT_TOO_LARGE, limit=lim.max_request_bytes)
-        deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
-        if len(items) > 1 and self._batched:
-            return run_grouped(self, list(items), lim, deadline, opts)
-        out = []
-        for raw in items:
-            t0 = time.perf_counter()
-            try:
-                out.append(self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, None, opts))
-            except EdgeRuntimeError as exc:
-                out.append(exc)
-        return out
-
-    def _infer_one(self, raw, lim: Limits, t0: float, t_end: float, deadline: float, trace_id, opts=None):
-        if self._closed:
-            raise InferenceRuntimeError("runtime is closed", code=ec.RUNTIME_CLOSED, device=self.device,
-                                        variant=self.variant.target)
-        prepared = self._prepare(raw, lim, opts)
-        k = prepared.bucket
-        sess = self._sessions[k]
-        remaining = t_end - time.perf_counter()
-        if remaining <= 0:
-            raise InferenceTimeout(f"deadline of {deadline} ms passed before the device call",
-                                   code=ec.INFERENCE_TIMEOUT, deadline_ms=deadline)
-        inline, cancellable = self._drive[k]
-        if inline:
-            outputs = self._run_inline(sess, prepared, t_end, deadline, cancellable)
-        else:
-            outputs = self._run_pooled(sess, prepared, remaining, deadline, cancellable)
-        return self._result(self._finish(outputs, prepared), prepared, t0, trace_id)
-
-    def _prepare(self, raw, lim: Limits, opts: dict | None = None):
-        size = self.task.request_bytes(raw)
-        if size > lim.max_request_bytes:
-            raise InputError(f"request is {size} bytes, over the limit of {lim.max_request_bytes}",
-                             code=ec.INPUT_TOO_LARGE, limit=lim.max_request_bytes)
-        try:
-            prepared = self.task.prepare(raw, lim)
-            if opts:
-                prepared.meta = {**(prepared.meta or {}), "options": opts}
-            return prepared
-        except EdgeRuntimeError:
-            raise
-        except Exception as exc:  # a task bug or an exotic input must still be typed
-            raise InputError(f"input could not be prepared: {type(exc).__name__}: {exc}",
-                             code=ec.INPUT_INVALID) from exc
-
-    def _result(self, res, prepared, t0, trace_id) -> InferenceResult:
-        return InferenceResult._make({
-            "prediction": res.prediction, "scores": res.scores, "embedding": res.embedding,
-            "latency_ms": (time.perf_counter() - t0) * 1000, "device": self.device, "target": self.variant.target,
-            "model": self.artifact.name, "version": self.artifact.version, "trace_id": trace_id or new_trace_id(),
-            "bucket": self._bucket_names[prepared.bucket], "truncated": prepared.truncated,
-            "input_length": prepared.length, "outputs": res.outputs, "class_id": res.class_id, "top_k": res.top_k,
-            "raw_outputs": res.raw_outputs, "detections": res.detections, "keypoints": res.keypoints,
-        })
-
-    def _finish(self, outputs, prepared):
-        if not self._nonfinite_ok:
-            self._check_finite(outputs, prepared)
-        try:
-            return self.task.finish(outputs, prepared)
-        except Exception as exc:
-            raise InferenceRuntimeError(f"post-processing failed: {type(exc).__name__}: {exc}",
-                                        device=self.device, variant=self.variant.target) from exc
-
-    def _check_finite(self, outputs, prepared) -> None:
-        """A float output holding NaN or infinity is a failure of this device, never a result (a broken
-        driver, a miscompiled kernel); integer (quantized) outputs cannot hold one and are not scanned."""
-        for name, arr in outputs.items():
-            if has_non_finite(arr):
-                bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
-                raise InferenceRuntimeError(
-                    f"{self.device} returned {bad} non-finite value(s) (NaN or infinity) in output {name!r} of "
-                    f"bucket {self.variant['buckets'][prepared.bucket]['name']}", code=ec.NON_FINITE_OUTPUT,
-                    device=self.device, variant=self.variant.target, output=name)
-
-    def _fail(self, exc, prepared):
-        return InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "
-                                     f"{self.variant['buckets'][prepared.bucket]['name']}: {type(exc).__name__}: {exc}",
-                                     device=self.device, variant=self.variant.target,
-                                     code=ec.BACKEND_CRASHED if isinstance(exc, SessionCrashed) else None)
-
-    def _timeout(self, deadline):
-        return InferenceTimeout(f"{self.device} did not answer within the {deadline} ms deadline",
-                                code=ec.INFERENCE_TIMEOUT, deadline_ms=deadline, device=self.device)
-
-    def _late(self, deadline):
-        return InferenceTimeout(f"{self.device} answered after the {deadline} ms deadline",
-                                code=ec.INFERENCE_TIMEOUT, deadline_ms=deadline, device=self.device)
-
-    def _run_inline(self, sess, prepared, t_end, deadline, cancellable):
-        if not cancellable:      # runs to the end in this thread; a late answer is a timeout, never a result
-            try:
-                outputs = sess.run(prepared.feeds)
-            except Exception as exc:
-                raise self._fail(exc, prepared) from exc
-            if time.perf_counter() > t_end:
-                raise self._late(deadline)
-            return outputs
-        token, entry = WATCHDOG.arm(t_end)
-        try:
-            outputs = sess.run(prepared.feeds, cancel=token)
-            if token.fired:   # finished, but after the deadline (a session that could not stop in time)
-                raise self._late(deadline)
-            return outputs
-        except InferenceTimeout:
-            raise
-        except Exception as exc:
-            if token.fired:
-                raise self._timeout(deadline) from None
-            raise self._fail(exc, prepared) from exc
-        finally:
-            WATCHDOG.disarm(entry)
-
-    def _run_pooled(self, sess, prepared, remaining, deadline, cancellable):
-        token = entry = None
-        if cancellable:          # the call returns at the deadline and the token stops the native work
-            token, entry = WATCHDOG.arm(time.perf_counter() + remaining)
-        try:
-            future = self._pool.submit(sess.run, prepared.feeds, token)
-        except RuntimeError as exc:  # pool shut down by a concurrent close()
-            if entry is not None:
-                WATCHDOG.disarm(entry)
-            raise InferenceRuntimeError(f"runtime is closed: {exc}", code=ec.RUNTIME_CLOSED, device=self.device,
-                                        variant=self.variant.target) from None
-        try:
-            return future.result(timeout=remaining)
-        except FutureTimeout:
-            future.cancel()
-            if token is not None:
-                token.fire()
-            raise self._timeout(deadline) from None
-        except Exception as exc:
-            raise self._fail(exc, prepared) from exc
-        finally:
-            if entry is not None:
-                WATCHDOG.disarm(entry)
-
     # -- introspection -----------------------------------------------------
     def info(self) -> dict:
         man = self.artifact.manifest
@@ -528,27 +316,3 @@ def device_options_for(backend, variant: dict, caller: dict | None) -> tuple[dic
         provenance = {}                      # the caller overrides the recorded choice
     provenance.update(given.provenance)      # a caller's "why" is a note too, never an option
     return {**rec, **given.given}, provenance, ignored
-
-
-def has_non_finite(arr) -> bool:
-    """True when a float (or complex) array holds a NaN or an infinity. A sum is NaN or infinite
-    whenever an element is (one reduction, no boolean array); when it is, the exact scan decides
-    (a sum of large finite values may overflow). Up to ``_SMALL`` values (a classifier's scores)
-    Python sums them (exact float64 of float32/16 values): 0.5 µs where numpy's sum takes 2.7."""
-    dtype = getattr(arr, "dtype", None)
-    if dtype is None or dtype.kind not in "fc":
-        return False
-    if arr.size <= _SMALL and dtype.kind == "f":
-        if math.isfinite(sum(arr.ravel().tolist())):
-            return False
-    else:
-        with np.errstate(over="ignore", invalid="ignore"):       # an overflowing sum is not news
-            if np.isfinite(arr.sum()):
-                return False
-    return not bool(np.isfinite(arr).all())
-
-
-def _positive(ms) -> float:
-    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not ms > 0 or ms != ms:
-        raise InputError(f"deadline_ms must be a positive number, got {ms!r}", code=ec.LIMIT_INVALID)
-    return ms
