@@ -1,91 +1,31 @@
 """The task contract shared by every task.
 
-Classification results carry the class *index*, not only its label text:
-labels files repeat names (ImageNet's has ``crane`` twice), so a label is not
-a key. ``rank_classes`` returns the prediction's label and ``class_id``, the
-ordered top-k as ``[{"index", "label", "score"}]`` and the ``scores`` dict,
-whose key is the label itself for a unique label and ``"label#index"`` for
-every label the file repeats (both entries kept). ``scores`` is a
-:class:`Scores` (a ``dict``) that also carries ``class_id`` and ``top_k``, so
-code that only passes ``scores`` along keeps the indices.
+This module holds the ``Task`` base class and the helpers task modules share
+(``TaskMismatch``, ``pick_output``, ``dequantize``, ...), and is the import path
+for the rest of the contract, which lives beside it: ``results`` (``Prepared``,
+``TaskOutput``, ``Scores``, ``Outputs``) and ``classification`` (softmax, label
+keys, ranking and top-1 parity).
 """
 
 from __future__ import annotations
 
-import array
 import logging
-import math
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
 
+from .classification import (classification_parity, classify, describe_duplicates, duplicate_labels, rank_classes,
+                             score_keys, softmax, top_indices, top_k_scores)
+from .results import Outputs, Prepared, Scores, TaskOutput
+
+__all__ = ["Outputs", "Prepared", "Scores", "Task", "TaskMismatch", "TaskOutput", "classification_parity", "classify",
+           "dequantize", "describe_duplicates", "duplicate_labels", "is_number", "pick_output", "preprocess_error",
+           "rank_classes", "reject_type", "score_keys", "softmax", "top_indices", "top_k_scores"]
+
 log = logging.getLogger("edge_runtime")
-
-
-@dataclass
-class Prepared:
-    """One input, ready for a device: the bucket it goes to and its feeds."""
-
-    bucket: int
-    feeds: dict[str, np.ndarray]
-    truncated: bool = False
-    length: int | None = None          # tokens / pixels, for the drift histogram
-    meta: dict | None = None           # what finish needs beyond the feeds (vision: the letterbox transform)
-
-
-class Scores(dict):
-    """``{key: score}`` in rank order (a plain ``dict`` to its users), with the
-    ranking's ``class_id`` (the prediction's index) and ``top_k``
-    (``[{"index", "label", "score"}, ...]``) as attributes."""
-
-    __slots__ = ("class_id", "top_k")
-
-    def __init__(self, items=(), class_id: int | None = None, top_k: list | None = None):
-        super().__init__(items)
-        self.class_id = class_id
-        self.top_k = top_k
-
-
-class Outputs(dict):
-    """``{name: array}`` as a task reports them (dequantized), with ``raw``:
-    the arrays exactly as the model returned them, for the outputs that differ."""
-
-    __slots__ = ("raw",)
-
-    def __init__(self, items=(), raw: dict | None = None):
-        super().__init__(items)
-        self.raw = raw
-
-
-@dataclass
-class TaskOutput:
-    prediction: Any = None
-    scores: dict[str, float] = field(default_factory=dict)
-    embedding: np.ndarray | None = None
-    outputs: dict[str, np.ndarray] | None = None
-    class_id: int | None = None                  # the prediction's class index (classifiers)
-    top_k: list[dict] | None = None              # [{"index", "label", "score"}], best first
-    raw_outputs: dict[str, np.ndarray] | None = None   # tensors: the model's own (quantized) arrays
-    # object-detection: [{"label", "class_id", "score", "box": [x1, y1, x2, y2]}] in original-image pixels,
-    # best first
-    detections: list[dict] | None = None
-    # pose-estimation: [{"name", "x", "y", "score"}] in original-image pixels, one per named keypoint
-    keypoints: list[dict] | None = None
-    # object-detection, for parity only (never in a result): the detections just under the score
-    # threshold, so that a box whose score drifted across it is not counted as a different answer
-    near_detections: list[dict] | None = None
-
-    def __post_init__(self):
-        if self.class_id is None:
-            self.class_id = getattr(self.scores, "class_id", None)
-        if self.top_k is None:
-            self.top_k = getattr(self.scores, "top_k", None)
-        if self.raw_outputs is None:
-            self.raw_outputs = getattr(self.outputs, "raw", None)
 
 
 class TaskMismatch(ValueError):
@@ -312,148 +252,6 @@ def dequantize(arr: np.ndarray, spec: dict) -> np.ndarray:
     if q and arr.dtype.kind in "iu":
         return (arr.astype(np.float32) - float(q["zero_point"])) * float(q["scale"])
     return arr.astype(np.float32, copy=False)
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)         # a new array: the steps below work in place on it
-    x -= x.max()
-    np.exp(x, out=x)
-    x /= x.sum()
-    return x.astype(np.float32)
-
-
-def duplicate_labels(labels: list[str]) -> dict[str, list[int]]:
-    """``{label: [index, ...]}`` for every label that occurs more than once."""
-    seen: dict[str, list[int]] = {}
-    for i, label in enumerate(labels):
-        seen.setdefault(label, []).append(i)
-    return {label: idx for label, idx in seen.items() if len(idx) > 1}
-
-
-def describe_duplicates(dup: dict[str, list[int]], offset: int = 0) -> str:
-    shown = "; ".join(f"{label!r} at classes {', '.join(str(i + offset) for i in idx)}"
-                      for label, idx in list(dup.items())[:5])
-    more = f" and {len(dup) - 5} more" if len(dup) > 5 else ""
-    return (f"{len(dup)} duplicate label(s): {shown}{more}; each class keeps its own entry "
-            f"(scores keys 'label#index' for these)")
-
-
-def score_keys(labels: list[str]) -> list[str]:
-    """The ``scores`` key of each class: the label, or ``"label#index"`` when the label repeats."""
-    dup = duplicate_labels(labels)
-    if not dup:
-        return list(labels)
-    return [f"{label}#{i}" if label in dup else label for i, label in enumerate(labels)]
-
-
-def top_indices(probs: np.ndarray, k: int | None) -> list[int]:
-    """The indices of the ``k`` best scores, best first, ties by the lower index: exactly
-    ``np.argsort(-probs, kind="stable")[:k].tolist()``, without sorting every class past 64 of
-    them: for k <= 8, k ``argmax`` passes (each returns the first of equal maxima, so ties keep
-    index order); for a larger k, a partition that keeps every score tied with the k-th, then a
-    stable sort of those. Anything not a plain finite ranking (NaN, -inf) takes the full sort."""
-    n = probs.shape[0]
-    if n <= 64 and probs.dtype.kind == "f":
-        # a few classes: Python's sort (stable, and stable under reverse=True too) on the
-        # values, cheaper than four numpy calls; only for finite values (a NaN sum says not)
-        values = probs.tolist()
-        if math.isfinite(sum(values)):
-            ranked = sorted(range(n), key=values.__getitem__, reverse=True)
-            return ranked[:k] if k else ranked
-    if not k or k >= n or n <= 64 or probs.dtype.kind != "f":
-        order = np.argsort(-probs, kind="stable")
-        return (order[:k] if k else order).tolist()
-    if k <= 8:
-        work = probs.copy()
-        out = []
-        for _ in range(k):
-            i = int(work.argmax())
-            if not work[i] > -np.inf:       # NaN or -inf reached: the sort defines their order
-                return np.argsort(-probs, kind="stable")[:k].tolist()
-            out.append(i)
-            work[i] = -np.inf
-        return out
-    neg = -probs
-    kth = neg[np.argpartition(neg, k - 1)[k - 1]]         # the k-th best score (negated)
-    if kth != kth:
-        return np.argsort(neg, kind="stable")[:k].tolist()
-    cand = np.flatnonzero(neg <= kth)                     # ascending indices: ties stay in index order
-    return cand[np.argsort(neg[cand], kind="stable")[:k]].tolist()
-
-
-def rank_classes(probs: np.ndarray, labels: list[str], k: int | None, keys: list[str] | None = None):
-    """``(label, class_id, scores, top_k)`` for a 1-D score vector, best first.
-
-    ``keys`` are :func:`score_keys` of ``labels`` (pass them precomputed when
-    ranking many times); ``scores`` is a :class:`Scores` carrying ``class_id``
-    and ``top_k``. Only the top ``k`` are ranked and converted (:func:`top_indices`).
-    """
-    if keys is None:
-        keys = score_keys(labels)
-    order = top_indices(probs, k)
-    values = probs[order].tolist()       # python floats, only for the k ranked
-    if probs.dtype.kind != "f":
-        values = [float(v) for v in values]
-    top = [{"index": i, "label": labels[i], "score": v} for i, v in zip(order, values)]
-    class_id = order[0]
-    scores = Scores(zip([keys[i] for i in order], values), class_id=class_id, top_k=top)
-    return labels[class_id], class_id, scores, top
-
-
-def classify(vals: np.ndarray, labels: list[str], k: int | None, keys: list[str], apply_softmax: bool):
-    """:func:`rank_classes` of ``softmax(vals)`` (or of ``vals``), a 1-D float32 vector. Up to 64
-    classes, the softmax runs on Python floats in float64 and is rounded to float32, as
-    :func:`softmax` does, without numpy's per-call cost (about half of it on 10 classes)."""
-    n = vals.shape[0]
-    if apply_softmax and 0 < n <= 64:
-        values = vals.tolist()
-        top = max(values)
-        if math.isfinite(top) and math.isfinite(sum(values)):
-            e = [math.exp(x - top) for x in values]
-            total = sum(e)
-            probs = array.array("f", [x / total for x in e]).tolist()      # float32, as softmax() returns
-            order = sorted(range(n), key=probs.__getitem__, reverse=True)  # stable: ties by the lower index
-            if k:
-                order = order[:k]
-            ranked = [probs[i] for i in order]
-            class_id = order[0]
-            top_k = [{"index": i, "label": labels[i], "score": v} for i, v in zip(order, ranked)]
-            scores = Scores(zip([keys[i] for i in order], ranked), class_id=class_id, top_k=top_k)
-            return labels[class_id], class_id, scores, top_k
-    return rank_classes(softmax(vals) if apply_softmax else vals, labels, k, keys)
-
-
-def top_k_scores(probs: np.ndarray, labels: list[str], k: int | None) -> tuple[str, dict[str, float]]:
-    """``(label, scores)``; ``scores`` is a :class:`Scores` (see :func:`rank_classes`)."""
-    label, _, scores, _ = rank_classes(probs, labels, k)
-    return label, scores
-
-
-def _class_of(out: TaskOutput):
-    return out.class_id if out.class_id is not None else out.prediction
-
-
-def classification_parity(reference: list[TaskOutput], candidate: list[TaskOutput]) -> dict:
-    """Top-1 agreement by class index (label text where a result has no index:
-    duplicated labels must not make two classes agree)."""
-    agree = [_class_of(r) == _class_of(c) for r, c in zip(reference, candidate)]
-    diffs = []
-    for r, c in zip(reference, candidate):
-        rs, cs = _scores_by_class(r), _scores_by_class(c)
-        keys = set(rs) & set(cs)
-        diffs.append(max((abs(rs[k] - cs[k]) for k in keys), default=0.0))
-    return {
-        "metric": "top1_agreement",
-        "value": float(np.mean(agree)) if agree else None,
-        "samples": len(agree),
-        "max_score_diff": float(max(diffs)) if diffs else None,
-    }
-
-
-def _scores_by_class(out: TaskOutput) -> dict:
-    if out.top_k:
-        return {t["index"]: t["score"] for t in out.top_k}
-    return dict(out.scores)
 
 
 def reject_type(raw, expected: str):
