@@ -194,6 +194,28 @@ def test_slow_drip_body_times_out_while_others_are_served(server):
     assert_serving(server.port)
 
 
+def test_a_client_gone_mid_body_is_counted_and_nothing_else_happens(server):
+    """A client that sends half its body and closes: no answer to write, the slot freed, counted
+    as disconnected; the next request is served."""
+    img = digit_images(1)[0][0]
+    body, headers = image_request(img)
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    s.sendall(f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{head}\r\n".encode()
+              + body[: len(body) // 2])
+    s.close()
+    deadline = time.monotonic() + 10
+    import urllib.request
+
+    while time.monotonic() < deadline:
+        text = urllib.request.urlopen(f"http://{server.http}/metrics", timeout=30).read().decode()
+        if 'edge_serve_rejections_total{reason="disconnected"}' in text:
+            break
+        time.sleep(0.1)
+    assert 'edge_serve_rejections_total{reason="disconnected"}' in text
+    assert_serving(server.port)
+
+
 def test_rejections_are_counted(server):
     import urllib.request
 

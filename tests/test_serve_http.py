@@ -106,6 +106,14 @@ def test_curl_like_requests_need_no_content_type(digits_server):
     assert r.status == 200 and doc["id"] == "r1" and doc["model_version"] == "1"
     assert [o["name"] for o in doc["outputs"]] == ["class_id"] and doc["outputs"][0]["shape"] == [1]
     assert doc["parameters"]["device"] and doc["parameters"]["trace_id"]
+    # the infer path's own handler (serve_http_infer) and Starlette's routes answer alike
+    for method, path, want in (("GET", "/v2/models/digits-cnn/infer", 405), ("PUT", "/v2/models/x/versions/1/infer", 405),
+                               ("GET", "/v2/nowhere", 404), ("POST", "/v2/models/digits-cnn/infer/more", 404)):
+        conn.request(method, path)
+        r = conn.getresponse()
+        doc = json.loads(r.read())
+        assert r.status == want and doc["code"] == "serve_request_malformed", (method, path, r.status, doc)
+        assert doc["error"].startswith(f"no {method} {path} here") and r.getheader("content-type") == "application/json"
     conn.close()
 
 
