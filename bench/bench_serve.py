@@ -99,8 +99,13 @@ def raw_request(where: str, model: str, data: bytes):
     headers = {"Inference-Header-Content-Length": str(len(head))}
 
     def send():
-        conn.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers)
-        resp = conn.getresponse()
+        try:
+            conn.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers)
+            resp = conn.getresponse()
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            conn.close()        # the server closed it after its keep-alive timeout (5 s) between blocks
+            conn.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers)
+            resp = conn.getresponse()
         resp.read()
         assert resp.status == 200, resp.status
 
