@@ -5,7 +5,8 @@
 everything else happens here, once for both protocols:
 
 - models: every artifact is loaded, verified on this machine (its probe set)
-  and warmed before ``ready`` turns true; name and version come from the manifest;
+  and warmed before ``ready`` turns true; name and version come from the manifest
+  (each model's record and metadata: ``serve_model``);
 - limits: the runtime's own (items, bytes, text length, pixels) through
   ``rt.infer_batch``; the deadline is the request's ``timeout`` parameter
   (microseconds, as Triton's clients send it) capped by the artifact's
@@ -16,7 +17,8 @@ everything else happens here, once for both protocols:
 - dynamic batching: for backends with a batch path (``capabilities.batched``:
   OpenVINO's AsyncInferQueue) a request to an idle model runs at once; while a
   batch runs, requests arriving within ``batch_delay_ms`` of the first waiting
-  one are merged into one ``infer_batch`` (at most ``max_batch_items``);
+  one are merged into one ``infer_batch`` (at most ``max_batch_items``; the
+  ``DynamicBatching`` mixin of ``serve_batch``);
 - model calls run on a thread pool, except a sub-millisecond model's (measured at
   load), which runs on the event loop: the hand-off would cost more than the
   call (``serve_inline``; a slow inline call moves its model to the pool). Such
@@ -34,18 +36,19 @@ import logging
 import math
 import threading
 import time
-import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import error_codes as ec
 from .errors import (ArtifactError, DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout,
                      InputError)
+from .serve_batch import DynamicBatching
 from .serve_inline import Inline, measure_call_ms
-from .serve_tensors import bad, io_metadata, request_items, response_outputs
+from .serve_model import _Model, _has_probe_set, _metadata
+from .serve_model import artifacts_in as artifacts_in          # re-exported: its old import path
+from .serve_tensors import bad, request_items, response_outputs
 from .serve_types import InferRequest, InferResponse, ServeError
 
 log = logging.getLogger("edge_runtime.serve")
@@ -75,55 +78,7 @@ def serve_error(exc: BaseException, prefix: str = "") -> ServeError:
     return ServeError("internal", f"{prefix}{type(exc).__name__}: {exc}", ec.UNEXPECTED)
 
 
-def artifacts_in(repository: str | Path) -> list[Path]:
-    """The artifact directories of a model repository: each direct subfolder holding a manifest.json."""
-    root = Path(repository)
-    if not root.is_dir():
-        raise InputError(f"model repository {root} is not a directory", code=ec.INPUT_MISSING)
-    found = sorted(p for p in root.iterdir() if (p / "manifest.json").is_file())
-    if not found:
-        raise InputError(f"model repository {root} holds no artifact (a subfolder with a manifest.json)",
-                         code=ec.INPUT_MISSING)
-    return found
-
-
-def _has_probe_set(path: Path) -> bool:
-    """Imported artifacts carry no probe set: they load unverified here (``edge-infer verify`` says why)."""
-    from .artifact import load_artifact
-    from .probe import section_of
-
-    if section_of(load_artifact(path, verify=False).manifest) is not None:
-        return True
-    log.warning("%s has no probe set (imported): served without the parity check on this machine", path)
-    return False
-
-
-@dataclass
-class _Job:
-    items: list
-    future: asyncio.Future
-    t_end: float                      # perf_counter deadline
-
-
-@dataclass
-class _Model:
-    rt: Any
-    name: str
-    version: str
-    kind: str
-    inputs: list[dict]
-    batched: bool
-    metadata: dict = field(default_factory=dict)
-    running: int = 0
-    waiting: int = 0
-    sem: asyncio.Semaphore | None = None
-    pending: list[_Job] = field(default_factory=list)
-    flush_handle: asyncio.TimerHandle | None = None
-    batches_out: int = 0              # dynamic batches flushed and not finished
-    inline: Inline | None = None      # sub-millisecond models run on the event loop (serve_inline)
-
-
-class ServeCore:
+class ServeCore(DynamicBatching):
     def __init__(self, artifacts: list[str | Path], *, device: str = "auto", device_options: dict | None = None,
                  max_in_flight: int = 4, max_queue: int = 64, batch_delay_ms: float = 1.0,
                  max_body_bytes: int = 8 * 1024 * 1024, max_batch_items: int = 32, verify: bool = True,
@@ -183,7 +138,7 @@ class ServeCore:
                 m = _Model(rt, key[0], key[1], rt.task.input_kind, list(rt.variant.buckets[0]["inputs"]), batched)
                 if self.inline:        # batched too: a sub-ms call inline beats any batch (see _run)
                     m.inline = Inline(measure_call_ms(rt))
-                m.metadata = self._metadata(m)
+                m.metadata = _metadata(m)
                 self.models[key] = m
                 self._latest[key[0]] = key[1]
         except BaseException:
@@ -191,22 +146,6 @@ class ServeCore:
             raise
         self.load_s = time.perf_counter() - t0
         self._ready = not self._draining
-
-    def _metadata(self, m: _Model) -> dict:
-        sample = None
-        try:
-            if m.kind == "tensors":
-                sample = m.rt.task.bucket_samples(m.rt.limits)[0]
-            else:
-                sample = m.rt.task.warmup_sample()
-            results = [m.rt.infer(sample)] if sample is not None else None
-        except EdgeRuntimeError as exc:
-            log.warning("%s: no sample result for the output metadata: %s", m.name, exc.message)
-            results = None
-        inputs, outputs = io_metadata(m.kind, m.inputs, results)
-        m.rt.reset_metrics()             # the sample call is not traffic
-        return {"name": m.name, "versions": [m.version], "platform": f"edge-runtime_{m.rt.variant.target}",
-                "inputs": inputs, "outputs": outputs}
 
     @property
     def live(self) -> bool:
@@ -378,54 +317,6 @@ class ServeCore:
             # to its deadline at most, so its slot stays held until it returns; then the cancel goes on
             await asyncio.wait([fut])
             raise
-
-    async def _batched(self, m: _Model, items: list, t_end: float) -> list:
-        """Join the model's pending batch; the first request of a batch schedules its flush."""
-        job = _Job(items, asyncio.get_running_loop().create_future(), t_end)
-        m.pending.append(job)
-        m.waiting += 1
-        if m.batches_out == 0 or sum(len(j.items) for j in m.pending) >= self.max_batch_items:
-            self._flush(m)          # an idle model never makes a request wait for company
-        elif m.flush_handle is None:
-            m.flush_handle = asyncio.get_running_loop().call_later(self.batch_delay_s, self._flush, m)
-        return await job.future
-
-    def _flush(self, m: _Model) -> None:
-        if m.flush_handle is not None:
-            m.flush_handle.cancel()
-            m.flush_handle = None
-        jobs, m.pending = m.pending, []
-        if jobs:      # the task is kept until done: the loop holds only a weak reference to it
-            m.batches_out += 1
-            task = asyncio.get_running_loop().create_task(self._run_jobs(m, jobs))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _run_jobs(self, m: _Model, jobs: list[_Job]) -> None:
-        assert m.sem is not None
-        try:
-            await m.sem.acquire()
-        finally:
-            m.waiting -= len(jobs)
-        m.running += len(jobs)
-        try:
-            items = [x for j in jobs for x in j.items]
-            self._batches += 1
-            self._batched_requests += len(jobs)
-            results = await self._call(m, items, min(j.t_end for j in jobs), None)
-            at = 0
-            for j in jobs:
-                if not j.future.done():
-                    j.future.set_result(results[at:at + len(j.items)])
-                at += len(j.items)
-        except BaseException as exc:
-            for j in jobs:
-                if not j.future.done():
-                    j.future.set_exception(exc)
-        finally:
-            m.running -= len(jobs)
-            m.batches_out -= 1
-            m.sem.release()
 
     def _response(self, m: _Model, req: InferRequest, results: list, t0: float) -> InferResponse:
         params: dict[str, Any] = {

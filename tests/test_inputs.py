@@ -145,7 +145,7 @@ def test_batch_limits_and_per_item_errors(text_rt):
 
 
 def test_deep_json_is_refused_by_the_cli_reader(tmp_path):
-    from edge_runtime.cli import _read_json_input
+    from edge_runtime.cli_inputs import _read_json_input
 
     p = tmp_path / "deep.json"
     p.write_text("[" * 100_000 + "]" * 100_000)

@@ -1,0 +1,154 @@
+"""The inputs of ``edge-infer infer``: ``--limit KEY=VALUE`` and the readers of ``--text-file``/stdin,
+``--input`` JSON and ``.npy``/``.npz`` arrays, each checked against the call's limits before it is read
+(``cli_infer``). ``edge_runtime.cli`` re-exports ``_read_json_input``, its old import path."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from . import error_codes as ec
+from .errors import InputError
+from .limits import DEFAULT_LIMITS, Limits, json_depth
+
+
+def _limit_overrides(pairs) -> dict:
+    """``--limit KEY=VALUE`` (repeatable): per-call limits, checked for syntax and known
+    keys here and, once the artifact is loaded, never above its own limits."""
+    out = {}
+    known = sorted(Limits().to_dict())
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InputError(f"--limit wants KEY=VALUE, got {pair!r} (valid keys: {', '.join(known)})",
+                             code=ec.INPUT_INVALID)
+        if key not in known:
+            raise InputError(f"unknown limit {key!r} (valid keys: {', '.join(known)})", code=ec.LIMIT_UNKNOWN)
+        try:
+            out[key] = int(value.strip())
+        except ValueError:
+            raise InputError(f"limit {key} must be a positive integer, got {value!r}", code=ec.LIMIT_INVALID) from None
+    Limits().merged(out)            # positive integers only
+    return out
+
+
+def _file_size(path: str, lim: Limits) -> int:
+    try:
+        size = Path(path).stat().st_size
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}", code=ec.INPUT_FILE_UNREADABLE) from None
+    if size > lim.max_request_bytes:
+        raise InputError(f"{path} is {size} bytes, over the request limit of {lim.max_request_bytes}",
+                         code=ec.INPUT_TOO_LARGE, limit=lim.max_request_bytes)
+    return size
+
+
+def _read_text(source: str, lim: Limits) -> str:
+    """``--text-file F`` or ``-`` (stdin): UTF-8, at most the request limit read (a longer
+    stream is refused without reading the rest); one trailing newline is dropped. The
+    character limit is the runtime's, as for ``--text``."""
+    name = "stdin" if source == "-" else source
+    cap = lim.max_request_bytes
+    try:
+        if source == "-":
+            data = sys.stdin.buffer.read(cap + 1)
+        else:
+            with open(source, "rb") as fh:
+                data = fh.read(cap + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read {name}: {exc.strerror or exc}", code=ec.INPUT_FILE_UNREADABLE) from None
+    if len(data) > cap:
+        raise InputError(f"text from {name} is over the request limit of {cap} bytes", code=ec.INPUT_TOO_LARGE,
+                         limit=cap)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"text from {name} is not UTF-8: {exc}", code=ec.INPUT_BAD_ENCODING) from None
+    text = text.removeprefix("\ufeff")
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+
+
+def _read_json_input(path: str, lim: Limits = DEFAULT_LIMITS):
+    _file_size(path, lim)
+    text = Path(path).read_bytes()
+    # refuse deep nesting before json builds it (json recursion would crash)
+    depth = cur = 0
+    for ch in text:
+        if ch in b"[{":
+            cur += 1
+            depth = max(depth, cur)
+            if depth > lim.max_json_depth:
+                raise InputError(f"JSON nested deeper than {lim.max_json_depth} levels", code=ec.INPUT_TOO_DEEP)
+        elif ch in b"]}":
+            cur -= 1
+    try:
+        data = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{path} is not valid JSON: {exc}", code=ec.INPUT_BAD_JSON) from None
+    json_depth(data, lim.max_json_depth)
+    if isinstance(data, dict) and set(data) == {"inputs"}:
+        data = data["inputs"]
+    return data
+
+
+def _npy_header(fh, what: str):
+    """(shape, dtype) from a ``.npy`` header, before any data is read."""
+    from numpy.lib import format as npf
+
+    version = npf.read_magic(fh)
+    if version == (1, 0):
+        shape, _, dtype = npf.read_array_header_1_0(fh)
+    elif version == (2, 0):
+        shape, _, dtype = npf.read_array_header_2_0(fh)
+    else:
+        raise ValueError(f"unsupported .npy format version {version}")
+    if dtype.hasobject:
+        raise InputError(f"{what} holds Python objects; only plain numeric arrays are loaded (never pickles)",
+                         code=ec.INPUT_BAD_FILE)
+    return shape, dtype
+
+
+def _read_arrays(path: str, lim: Limits, input_names: list[str]):
+    """``.npy`` (one array, single-input models) or ``.npz`` (named arrays). The file
+    size and every array's declared size (from its header, so a compressed member
+    cannot expand past the limit) are checked before loading; ``allow_pickle=False``."""
+    import math
+    import zipfile
+
+    import numpy as np
+
+    _file_size(path, lim)
+    npz = path.lower().endswith(".npz")
+    if not npz and len(input_names) != 1:
+        raise InputError(f"{path} holds one array but the model has {len(input_names)} inputs "
+                         f"({', '.join(input_names)}): give a .npz with one named array each",
+                         code=ec.INPUT_WRONG_NAMES)
+    total = 0
+    try:
+        if npz:
+            with zipfile.ZipFile(path) as zf:
+                for info in zf.infolist():
+                    if not info.filename.endswith(".npy"):
+                        raise InputError(f"{path}: member {info.filename!r} is not an array (.npy)",
+                                         code=ec.INPUT_BAD_FILE)
+                    with zf.open(info) as fh:
+                        shape, dtype = _npy_header(fh, f"{path}:{info.filename}")
+                    total += math.prod(shape) * dtype.itemsize
+        else:
+            with open(path, "rb") as fh:
+                shape, dtype = _npy_header(fh, path)
+            total = math.prod(shape) * dtype.itemsize
+        if total > lim.max_request_bytes:
+            raise InputError(f"{path} holds {total} bytes of arrays, over the request limit of "
+                             f"{lim.max_request_bytes}", code=ec.INPUT_TOO_LARGE, limit=lim.max_request_bytes)
+        if npz:
+            with np.load(path, allow_pickle=False) as data:
+                return {name: data[name] for name in data.files}
+        return np.load(path, allow_pickle=False)
+    except InputError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{path} is not a readable {'.npz' if npz else '.npy'} file: {exc}",
+                         code=ec.INPUT_BAD_FILE) from None

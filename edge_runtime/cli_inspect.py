@@ -1,0 +1,108 @@
+"""``edge-infer inspect``: an artifact's manifest summary, verification result and parity."""
+
+from __future__ import annotations
+
+import click
+
+from .cli_common import _guard, emit
+
+
+def _r4(x):
+    return round(x, 4) if isinstance(x, float) else x
+
+
+def _parity_text(p: dict) -> str:
+    value = p.get("value")
+    if value is None or p.get("metric") in (None, "none", "not_measured"):
+        why = p.get("not_measured") or p.get("note") or p.get("reason") or "no parity value recorded"
+        return f"parity not measured ({why})"
+    parts = [f"min {_r4(p['min'])}" if p.get("min") is not None else None,
+             f"{p['samples']} samples" if p.get("samples") else None,
+             f"budget {_r4(p['budget'])}" if p.get("budget") is not None else None]
+    extra = [x for x in parts if x]
+    return f"parity {p['metric']} {_r4(value)}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _tensor_text(t: dict) -> str:
+    return f"{t['name']} {t['dtype']}{list(t['shape'])}"
+
+
+def _pre_text(pre: dict) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.6g}"
+        if isinstance(v, list):
+            return "[" + ", ".join(fmt(x) for x in v) + "]"
+        return str(v)
+
+    return ", ".join(f"{k}={fmt(v)}" for k, v in pre.items()) or "none"
+
+
+def _edgetpu_lines(rep: dict) -> list[str]:
+    lines = [f"edge tpu: {rep.get('tpu_ops', '?')} op(s) on the Edge TPU, {rep.get('cpu_ops', '?')} on the CPU"
+             + (" (compiled)" if rep.get("edgetpu_compiled") else "")]
+    f = rep.get("first_unsupported")
+    lines.append("first unsupported: " + (f"#{f.get('index')} {f.get('op')}: {f.get('reason')}" if f else "none"))
+    split = rep.get("split") or {}
+    if split:
+        lines.append("split (tpu/cpu): " + ", ".join(f"{k} {c.get('tpu', 0)}/{c.get('cpu', 0)}"
+                                                     for k, c in split.items()))
+    if rep.get("verdict"):
+        lines.append(f"verdict: {rep['verdict']}")
+    return lines
+
+
+@click.command()
+@click.argument("artifact", type=click.Path())
+@click.option("--json", "as_json", is_flag=True)
+@_guard
+def inspect(artifact, as_json):
+    """Manifest summary, verification result and parity.
+
+    Shows each variant's buckets and input shapes, quantization, parity (or why it
+    was not measured) and, for TFLite variants, the Edge TPU split; the labels and
+    the pre-processing.
+
+    \b
+    Examples:
+      edge-infer inspect out/digits-int8
+      edge-infer inspect out/coral-mnv2 --json
+    """
+    from .artifact import load_artifact
+    from .selection import check_targets
+
+    art = load_artifact(artifact)
+    check_targets(art.targets())
+    man = art.manifest
+    labels = None
+    if man["postprocess"].get("labels"):
+        names = [x.strip() for x in art.read_text(man["postprocess"]["labels"]).splitlines() if x.strip()]
+        labels = {"file": man["postprocess"]["labels"], "count": len(names), "first": names[:5]}
+    data = {"verified": art.verified, "files": len(man["files"]), "model": man["model"], "task": man["task"],
+            "variants": [{"target": v["target"], "buckets": [b["name"] for b in v["buckets"]],
+                          "inputs": {b["name"]: [{k: t[k] for k in ("name", "dtype", "shape")} for t in b["inputs"]]
+                                     for b in v["buckets"]},
+                          "quantization": v["quantization"], "parity": v["parity"], "toolchain": v["toolchain"],
+                          **({"edgetpu_report": v["edgetpu_report"]} if v.get("edgetpu_report") else {})}
+                         for v in man["variants"]],
+            "labels": labels, "preprocess": man["preprocess"], "postprocess": man["postprocess"],
+            "limits": man["limits"]}
+
+    def human(d):
+        m = d["model"]
+        click.echo(f"{m['name']} v{m['version']} ({d['task']}): {d['files']} files, all sha256 verified")
+        click.echo(f"  preprocess: {_pre_text(d['preprocess'])}")
+        if d["labels"]:
+            lb = d["labels"]
+            first = ", ".join(repr(x) for x in lb["first"])
+            click.echo(f"  labels: {lb['count']} ({first}{', ...' if lb['count'] > len(lb['first']) else ''})")
+        for v in d["variants"]:
+            q = v["quantization"]
+            click.echo(f"  {v['target']}: buckets {', '.join(v['buckets'])}; {q['scheme']} w:{q['weights']} "
+                       f"a:{q['activations']}; {_parity_text(v['parity'])}")
+            for bucket, ins in v["inputs"].items():
+                click.echo(f"    {bucket} inputs: {', '.join(_tensor_text(t) for t in ins)}")
+            for line in _edgetpu_lines(v["edgetpu_report"]) if v.get("edgetpu_report") else ():
+                click.echo(f"    {line}")
+
+    emit(data, as_json, human)

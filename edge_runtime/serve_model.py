@@ -1,0 +1,83 @@
+"""The models of ``edge-infer serve`` (``serve_core``): where they are (a model repository's
+artifacts), whether they load verified (a probe set), each one's state while serving (``_Model``,
+with the requests queued for its next dynamic batch, ``_Job``) and its KServe v2 metadata."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import error_codes as ec
+from .errors import EdgeRuntimeError, InputError
+from .serve_inline import Inline
+from .serve_tensors import io_metadata
+
+log = logging.getLogger("edge_runtime.serve")
+
+
+def artifacts_in(repository: str | Path) -> list[Path]:
+    """The artifact directories of a model repository: each direct subfolder holding a manifest.json."""
+    root = Path(repository)
+    if not root.is_dir():
+        raise InputError(f"model repository {root} is not a directory", code=ec.INPUT_MISSING)
+    found = sorted(p for p in root.iterdir() if (p / "manifest.json").is_file())
+    if not found:
+        raise InputError(f"model repository {root} holds no artifact (a subfolder with a manifest.json)",
+                         code=ec.INPUT_MISSING)
+    return found
+
+
+def _has_probe_set(path: Path) -> bool:
+    """Imported artifacts carry no probe set: they load unverified here (``edge-infer verify`` says why)."""
+    from .artifact import load_artifact
+    from .probe import section_of
+
+    if section_of(load_artifact(path, verify=False).manifest) is not None:
+        return True
+    log.warning("%s has no probe set (imported): served without the parity check on this machine", path)
+    return False
+
+
+@dataclass
+class _Job:
+    items: list
+    future: asyncio.Future
+    t_end: float                      # perf_counter deadline
+
+
+@dataclass
+class _Model:
+    rt: Any
+    name: str
+    version: str
+    kind: str
+    inputs: list[dict]
+    batched: bool
+    metadata: dict = field(default_factory=dict)
+    running: int = 0
+    waiting: int = 0
+    sem: asyncio.Semaphore | None = None
+    pending: list[_Job] = field(default_factory=list)
+    flush_handle: asyncio.TimerHandle | None = None
+    batches_out: int = 0              # dynamic batches flushed and not finished
+    inline: Inline | None = None      # sub-millisecond models run on the event loop (serve_inline)
+
+
+def _metadata(m: _Model) -> dict:
+    sample = None
+    try:
+        if m.kind == "tensors":
+            sample = m.rt.task.bucket_samples(m.rt.limits)[0]
+        else:
+            sample = m.rt.task.warmup_sample()
+        results = [m.rt.infer(sample)] if sample is not None else None
+    except EdgeRuntimeError as exc:
+        log.warning("%s: no sample result for the output metadata: %s", m.name, exc.message)
+        results = None
+    inputs, outputs = io_metadata(m.kind, m.inputs, results)
+    m.rt.reset_metrics()             # the sample call is not traffic
+    return {"name": m.name, "versions": [m.version], "platform": f"edge-runtime_{m.rt.variant.target}",
+            "inputs": inputs, "outputs": outputs}
