@@ -1,0 +1,170 @@
+"""``edge-infer score``'s job record (``OUT.job.json``) and the output it guards: what a job is
+(``job_identity``), what differs between two (``job_differences``), the atomic write, and
+``prepare_output`` (overwrite, or resume: check the record, count and cut the lines already there).
+``shadow`` and the Ray engine use the same."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import error_codes as ec
+from .errors import InputError, _json_safe
+from .score_inputs import input_fingerprint
+from .score_summary import Summary
+
+JOB_SCHEMA = "edge-infer-score-job/1"
+
+
+def job_path(out) -> Path:
+    """The job record beside an output: ``OUT.job.json``."""
+    out = Path(out)
+    return out.with_name(out.name + ".job.json")
+
+
+def job_identity(rt, source: dict | None = None, *, deadline_ms: int | None = None) -> dict:
+    """This job's record. ``source``: ``{"path", "format", "field", "id_field"}`` (what
+    ``read_records`` returns as ``.source``); None when the input is not known."""
+    man = rt.artifact.manifest
+    inp = None
+    if source is not None:
+        inp = {"path": str(Path(source["path"]).resolve()), "format": source.get("format"),
+               "field": source.get("field"), "id_field": source.get("id_field"),
+               **{k: v for k, v in input_fingerprint(source["path"], source.get("format")).items() if k != "format"}}
+    from . import __version__
+
+    return {"schema": JOB_SCHEMA, "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "edge_runtime": __version__, "input": inp,
+            "artifact": {"path": str(Path(rt.artifact.root).resolve()), "manifest_sha256": man.get("manifest_sha256"),
+                         "model": rt.artifact.name, "version": rt.artifact.version},
+            "variant": rt.variant["target"], "device": rt.device,
+            "options": {"deadline_ms": deadline_ms, "device_options": _json_safe(dict(rt.device_options or {}))}}
+
+
+_INPUT_KEYS = ("format", "field", "id_field", "kind", "files", "bytes", "sha256")
+
+
+def _short(v):
+    return f"{v[:12]}…" if isinstance(v, str) and len(v) == 64 else json.dumps(v, default=str)
+
+
+def job_differences(recorded: dict, current: dict) -> tuple[list[str], list[str]]:
+    """(differences that change results, warnings) between two job records."""
+    diffs, warns = [], []
+
+    def cmp(what, a, b):
+        if a != b:
+            diffs.append(f"{what} {_short(a)} (the output's) vs {_short(b)} (now)")
+
+    r_in, c_in = recorded.get("input"), current.get("input")
+    if r_in is None or c_in is None:
+        warns.append("the input could not be checked: the job record of "
+                     + ("the output" if r_in is None else "this run") + " does not say which input it reads "
+                     "(score() was given records without a source); only the last line's id was checked")
+    else:
+        for k in _INPUT_KEYS:
+            cmp(f"input {k}", r_in.get(k), c_in.get(k))
+        if c_in.get("sha256") is None and not diffs:
+            warns.append(f"the input {c_in.get('path')} is not a regular file or folder: its content cannot be checked")
+    cmp("artifact manifest_sha256", (recorded.get("artifact") or {}).get("manifest_sha256"),
+        (current.get("artifact") or {}).get("manifest_sha256"))
+    cmp("variant", recorded.get("variant"), current.get("variant"))
+    cmp("device", recorded.get("device"), current.get("device"))
+    r_opt, c_opt = recorded.get("options") or {}, current.get("options") or {}
+    for k in sorted(set(r_opt) | set(c_opt)):
+        cmp(k, r_opt.get(k), c_opt.get(k))
+    return diffs, warns
+
+
+def _write_job(path: Path, job: dict) -> None:
+    """Atomically: a temporary file, fsync, rename, fsync of the folder."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    data = json.dumps(job, indent=2, ensure_ascii=False, default=str) + "\n"
+    with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _read_job(path: Path, out: Path) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        job = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: the job record of {out} does not parse ({exc}); start over with --force",
+                         code=ec.SCORE_OUTPUT_CORRUPT) from None
+    if not isinstance(job, dict) or job.get("schema") != JOB_SCHEMA:
+        raise InputError(f"{path} is not a job record of edge-infer score ({JOB_SCHEMA}); start over with --force",
+                         code=ec.SCORE_OUTPUT_CORRUPT)
+    return job
+
+
+def _has_complete_line(out: Path) -> bool:
+    with open(out, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 16), b""):
+            if b"\n" in block:
+                return True
+    return False
+
+
+def prepare_output(out: Path, resume: bool, force: bool, summary: Summary, job: dict | None = None) -> int:
+    """Make ``out`` ready to append; return how many inputs it already holds."""
+    if not out.exists():
+        return 0
+    if not resume:
+        if not force:
+            raise InputError(f"{out} exists: pass --resume to continue it or --force to overwrite",
+                             code=ec.SCORE_OUTPUT_EXISTS)
+        out.unlink()
+        job_path(out).unlink(missing_ok=True)
+        return 0
+    recorded = _read_job(job_path(out), out)
+    if recorded is None:
+        if _has_complete_line(out):
+            raise InputError(f"{out} has no job record ({job_path(out).name}): it was written before job records "
+                             f"existed or not by edge-infer score, so nothing says it belongs to this job; start over "
+                             f"with --force", code=ec.SCORE_RESUME_UNVERIFIABLE)
+    elif job is not None:
+        diffs, warns = job_differences(recorded, job)
+        if diffs:
+            raise InputError(f"{out} was written by another job, not resumed: " + "; ".join(diffs)
+                             + ". Resume with the same input, artifact, device and options, or --force to start over",
+                             code=ec.SCORE_OUTPUT_MISMATCH)
+        summary.warnings += warns
+    with open(out, "rb+") as fh:
+        data_end = fh.seek(0, os.SEEK_END)
+        # the partial last line (if any) is cut: it is re-scored
+        keep, last = 0, None
+        fh.seek(0)
+        for raw in iter(fh.readline, b""):
+            if not raw.endswith(b"\n"):
+                break
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                raise InputError(f"{out}: line {summary.total + 1} is not JSON; not an output of this command",
+                                 code=ec.SCORE_OUTPUT_CORRUPT) from None
+            if not isinstance(line, dict) or line.get("index") != summary.total:
+                raise InputError(f"{out}: line {summary.total + 1} has index {line.get('index') if isinstance(line, dict) else '?'}"
+                                 f", expected {summary.total}", code=ec.SCORE_OUTPUT_CORRUPT)
+            summary.count(line)
+            keep += len(raw)
+            last = line
+        if keep < data_end:
+            fh.truncate(keep)
+    summary.resumed_from = summary.total
+    summary.last_id = None if last is None else last.get("id")
+    summary.last_line = None if last is None else last.get("line")
+    return summary.total

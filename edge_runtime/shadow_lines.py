@@ -1,0 +1,71 @@
+"""One output line of ``edge-infer shadow``: both sides' outcomes, their comparison and the
+input's preview (``shadow_line``), and its text (``_dumps``: a side with NaN or infinity fails)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import error_codes as ec
+from .errors import EdgeRuntimeError
+from .shadow_compare import compare
+
+INPUT_PREVIEW_CHARS = 300
+
+
+def _side(outcome) -> tuple[dict, dict | None]:
+    """(the line's side, the full result dict for the comparison)."""
+    if isinstance(outcome, EdgeRuntimeError):
+        err = outcome.to_dict()
+        return {"ok": False, "error": {k: err[k] for k in ("type", "code", "message") if k in err}}, None
+    from .draw import summarize
+
+    full = outcome.to_dict()
+    return {"ok": True, "result": summarize(dict(full))}, full
+
+
+def _preview(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= INPUT_PREVIEW_CHARS else value[:INPUT_PREVIEW_CHARS] + "…"
+    return None
+
+
+def shadow_line(record, out_a, out_b, truth, agree_at: float | None) -> dict:
+    """One output line from the two outcomes (``InferenceResult`` or ``EdgeRuntimeError``)."""
+    from .score import _jsonable
+
+    side_a, full_a = _side(out_a)
+    side_b, full_b = _side(out_b)
+    head = {"index": record.index, "id": _jsonable(record.id), "line": getattr(record, "line", None)}
+    cmp = compare(full_a, full_b, agree_at) if full_a is not None and full_b is not None else None
+    if cmp is not None:
+        agree: bool | None = bool(cmp["agree"])
+    elif full_a is None and full_b is None:
+        agree = None
+    else:
+        agree = False
+    line = {**head, "ok": cmp is not None, "agree": agree, "truth": truth, "input": _preview(record.value),
+            "a": side_a, "b": side_b, "compare": cmp}
+    if cmp is None:
+        line["error"] = (side_a if not side_a["ok"] else side_b)["error"]
+    return line
+
+
+def _dumps(line: dict) -> tuple[str, dict]:
+    """(the JSON text, the line as written): a side whose result holds NaN or infinity is written
+    as that side's failure (``result_nonfinite``), never as a silent "NaN"."""
+    try:
+        return json.dumps(line, ensure_ascii=False, allow_nan=False, default=str), line
+    except ValueError:
+        pass
+    line = dict(line)
+    for key in ("a", "b"):
+        try:
+            json.dumps(line[key], allow_nan=False, default=str)
+        except ValueError:
+            line[key] = {"ok": False, "error": {"type": "InferenceRuntimeError", "code": ec.RESULT_NONFINITE,
+                                                "message": "the model produced NaN or infinity"}}
+    both_failed = not line["a"]["ok"] and not line["b"]["ok"]
+    line.update(ok=False, compare=None, agree=None if both_failed else False,
+                error=(line["a"] if not line["a"]["ok"] else line["b"])["error"])
+    return json.dumps(line, ensure_ascii=False, default=str), line
