@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_openvino import _feeds, _tokenizer, build_artifact, recorded_precision, texts_for  # noqa: E402
+from bench_openvino import _feeds, _tokenizer, build_artifact, pooled, recorded_precision, texts_for  # noqa: E402
 
 
 def main():
@@ -51,11 +51,13 @@ def main():
                                                                     "INFERENCE_PRECISION_HINT": recorded_precision(art)})
     queue = ov.AsyncInferQueue(cm, cm.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
     results = [None] * len(texts)
-    queue.set_callback(lambda r, i: results.__setitem__(i, r.get_output_tensor(0).data.copy()))
+    masks: list = [None] * len(texts)
+    queue.set_callback(lambda r, i: results.__setitem__(i, pooled(r.get_output_tensor(0).data, masks[i])))
 
     def raw() -> float:
         t0 = time.perf_counter()
         for i, e in enumerate(tok.encode_batch(texts)):
+            masks[i] = e.attention_mask
             queue.start_async(_feeds(e), userdata=i, share_inputs=True)
         queue.wait_all()
         return len(texts) / (time.perf_counter() - t0)

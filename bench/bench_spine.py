@@ -26,6 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_openvino import pooled  # noqa: E402  (imports no vendor library at module level)
+
 HEAVY = {"onnxruntime", "openvino", "torch", "tensorflow", "coremltools", "nncf", "onnx", "ai_edge_litert",
          "tflite_runtime", "transformers"}
 CACHE = Path.home() / ".cache" / "edge-runtime" / "bench"
@@ -71,11 +74,11 @@ def bench_infer(artifact: Path, blocks: int, per_block: int) -> dict:
     # isolate what our layer adds from differences between two ORT session instances
     own = rt._sessions[rt.variant["buckets"].index(bucket)]._sess
 
-    def raw(text, session=sess):
+    def raw(text, session=sess):      # the task's post-processing too: masked mean, L2 norm (bench_openvino.pooled)
         e = tok.encode(text)
         feeds = {"input_ids": np.asarray([e.ids], np.int64), "attention_mask": np.asarray([e.attention_mask], np.int64),
                  "token_type_ids": np.asarray([e.type_ids], np.int64)}
-        return session.run([out_name], feeds)[0]
+        return pooled(session.run([out_name], feeds)[0], e.attention_mask)
 
     texts = [t for t in (ZOO / "minilm" / "calibration.txt").read_text().splitlines()
              if t.strip() and len(tok.encode(t).attention_mask) and sum(tok.encode(t).attention_mask) < 64][:per_block]
