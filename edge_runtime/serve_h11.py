@@ -12,23 +12,14 @@ deadline (``serve_http.read_body``); h11 caps the head's size
 
 from __future__ import annotations
 
-import asyncio
-import json
-
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from . import error_codes as ec
-
-_408 = (b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
-        b"Content-Length: %d\r\n\r\n%s")
+from .serve_head import HeadDeadline
 
 
-class HeadTimeoutH11(H11Protocol):
-    head_timeout_s = 10.0
-
-    _head_timer: asyncio.TimerHandle | None = None
-
+class HeadTimeoutH11(HeadDeadline, H11Protocol):
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._arm()
@@ -45,29 +36,14 @@ class HeadTimeoutH11(H11Protocol):
         super().on_response_complete()           # the keep-alive timer covers the idle wait
         self._disarm()
 
-    def connection_lost(self, exc) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
-    def _arm(self) -> None:
-        self._disarm()
-        self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_timeout)
-
-    def _disarm(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
     def _head_timeout(self) -> None:
         self._head_timer = None
         if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
             return
         if self.cycle is not None and not self.cycle.response_complete:
             return                               # a response is on its way (pipelining)
-        body = json.dumps({"error": f"the request head did not arrive within {self.head_timeout_s:g} s",
-                           "code": ec.SERVE_REQUEST_TIMEOUT}).encode()
-        self.transport.write(_408 % (len(body), body))
-        self.transport.close()
+        self._refuse(b"408 Request Timeout", f"the request head did not arrive within {self.head_timeout_s:g} s",
+                     ec.SERVE_REQUEST_TIMEOUT)
 
 
 def protocol(head_timeout_s: float) -> type[HeadTimeoutH11]:

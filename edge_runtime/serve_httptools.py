@@ -22,25 +22,15 @@ The h11 protocol (``serve_h11``) does the same where httptools is absent.
 
 from __future__ import annotations
 
-import asyncio
-import json
-
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from . import error_codes as ec
+from .serve_head import HeadDeadline
 
 
-def _json_response(status: bytes, error: str, code: str) -> bytes:
-    body = json.dumps({"error": error, "code": code}).encode()
-    return (b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-
-
-class GuardedHttpTools(HttpToolsProtocol):
-    head_timeout_s = 10.0
+class GuardedHttpTools(HeadDeadline, HttpToolsProtocol):
     max_head_bytes = 64 * 1024
 
-    _head_timer: asyncio.TimerHandle | None = None
     _in_head = True            # no request yet, or one begun whose headers have not ended
     _head_bytes = 0            # bytes of the current head counted so far
     _refused = False
@@ -79,19 +69,6 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._in_head = True                     # what follows is the next request's head
         self._head_bytes = 0
 
-    def connection_lost(self, exc) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
-    def _arm(self) -> None:
-        self._disarm()
-        self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_timeout)
-
-    def _disarm(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
     def _head_timeout(self) -> None:
         self._head_timer = None
         if self.transport.is_closing() or not self._in_head:
@@ -103,11 +80,8 @@ class GuardedHttpTools(HttpToolsProtocol):
                      ec.SERVE_REQUEST_TIMEOUT)
 
     def _refuse(self, status: bytes, error: str, code: str) -> None:
-        self._refused = True
-        self._disarm()
-        if not self.transport.is_closing():
-            self.transport.write(_json_response(status, error, code))
-            self.transport.close()
+        self._refused = True                     # what still arrives on this connection is dropped
+        super()._refuse(status, error, code)
 
 
 def protocol(head_timeout_s: float, max_head_bytes: int) -> type[GuardedHttpTools]:

@@ -197,6 +197,15 @@ def test_slow_drip_body_times_out_while_others_are_served(server):
 def test_a_client_gone_mid_body_is_counted_and_nothing_else_happens(server):
     """A client that sends half its body and closes: no answer to write, the slot freed, counted
     as disconnected; the next request is served."""
+    import urllib.request
+
+    def disconnected() -> float:
+        text = urllib.request.urlopen(f"http://{server.http}/metrics", timeout=30).read().decode()
+        line = next((x for x in text.splitlines()
+                     if x.startswith('edge_serve_rejections_total{reason="disconnected"}')), None)
+        return float(line.split()[-1]) if line else 0.0
+
+    before = disconnected()
     img = digit_images(1)[0][0]
     body, headers = image_request(img)
     s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
@@ -205,14 +214,9 @@ def test_a_client_gone_mid_body_is_counted_and_nothing_else_happens(server):
               + body[: len(body) // 2])
     s.close()
     deadline = time.monotonic() + 10
-    import urllib.request
-
-    while time.monotonic() < deadline:
-        text = urllib.request.urlopen(f"http://{server.http}/metrics", timeout=30).read().decode()
-        if 'edge_serve_rejections_total{reason="disconnected"}' in text:
-            break
+    while disconnected() == before and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert 'edge_serve_rejections_total{reason="disconnected"}' in text
+    assert disconnected() == before + 1          # this client, counted once
     assert_serving(server.port)
 
 
