@@ -127,9 +127,9 @@ def serve(artifacts, repository, host, port, grpc_port, no_grpc, token, insecure
 
 
 def _installed(module: str) -> bool:
-    import importlib.util
+    from .hardware_packages import find_spec
 
-    return importlib.util.find_spec(module) is not None
+    return find_spec(module, None) is not None
 
 
 def http_stack(parser: str, loop: str):
