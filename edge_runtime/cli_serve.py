@@ -195,6 +195,7 @@ async def _run(core, host: str, port: int, grpc_port: int | None, token: str | N
     # head (serve_h11, serve_httptools)
     config = uvicorn.Config(create_app(core, token=token, read_timeout_s=read_timeout), log_level="warning",
                             http=http_protocol, access_log=False, lifespan="off", timeout_keep_alive=5,
+                            proxy_headers=False,   # no X-Forwarded-* rewriting: nothing here reads the client address
                             timeout_graceful_shutdown=max(1, int(drain_timeout + 0.999)),
                             h11_max_incomplete_event_size=MAX_HEAD_BYTES)
     server = Server(config)

@@ -6,7 +6,7 @@ nothing (slowloris: a few hundred such sockets hold a board's server). Here a
 connection waiting for a request head (a new one, or a kept-alive one between
 requests) must complete the head within ``head_timeout_s`` of its first byte
 or of its opening; otherwise it gets a 408 and is closed. The body has its own
-deadline (``serve_http.read_body``); h11 caps the head's size
+deadline (``serve_http_infer``); h11 caps the head's size
 (``h11_max_incomplete_event_size``).
 """
 

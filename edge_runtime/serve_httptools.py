@@ -14,7 +14,7 @@ its h11 protocol, has no deadline on a head arriving a byte at a time. Here:
 - a connection waiting for a request head (a new one, or a request begun but
   whose headers have not ended) must complete it within ``head_timeout_s`` of
   its opening or of the request's first byte, else it gets a 408 and is
-  closed; the body has its own deadline (``serve_http.read_body``), and an
+  closed; the body has its own deadline (``serve_http_infer``), and an
   idle kept-alive connection uvicorn's ``timeout_keep_alive``.
 
 The h11 protocol (``serve_h11``) does the same where httptools is absent.

@@ -1,0 +1,143 @@
+"""The infer endpoint of ``edge-infer serve`` over HTTP, as a bare ASGI handler (``serve_http``).
+
+``POST /v2/models/{m}[/versions/{v}]/infer`` is the one path on which every
+request does work; it is served here, without Starlette's middleware stack,
+``Request`` and ``Response`` objects, which cost a small model more than its
+own request parsing. Everything else (health, metadata, metrics, unknown
+paths) goes to the Starlette app. The guards are the same as everywhere:
+
+- a bearer token, when set, compared in constant time;
+- a ``Content-Length`` over ``max_body_bytes`` refused (413) before a byte of
+  the body is read; a body without one read in chunks and refused as soon as
+  it passes the cap; the whole body within ``read_timeout_s`` (408); after
+  such a refusal the connection closes (the rest of the body is never read);
+- any method but POST on an infer path: 405 with ``Allow: POST``;
+- errors are ``{"error": message, "code": code}`` with the status of ``HTTP_STATUS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import re
+
+from . import error_codes as ec
+from . import serve_json
+from .serve_core import ServeCore, serve_error
+from .serve_types import HTTP_STATUS, ServeError
+from .serve_wire import decode_request, encode_response
+
+INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
+INLINE_DECODE_BYTES = 64 * 1024      # larger bodies are decoded on a worker thread
+_REASON = {"too_large": "too_large", "request_timeout": "read_timeout"}
+_JSON = b"application/json"
+
+
+class _ClientGone(Exception):
+    pass
+
+
+async def _send(send, status: int, body: bytes, content_type: bytes, extra: list | None = None) -> None:
+    headers = [(b"content-length", str(len(body)).encode()), (b"content-type", content_type)]
+    if extra:
+        headers += extra
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send, err: ServeError, *, close: bool = False) -> None:
+    await _send(send, HTTP_STATUS[err.status], serve_json.dumps(err.body()), _JSON,
+                [(b"connection", b"close")] if close else None)
+
+
+class InferEndpoint:
+    """ASGI: the infer path here, every other request to ``app``."""
+
+    def __init__(self, core: ServeCore, app, *, token: str | None, read_timeout_s: float):
+        self.core, self.app, self.read_timeout_s = core, app, read_timeout_s
+        self.expected = f"Bearer {token}".encode() if token else None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            route = INFER_PATH.fullmatch(scope["path"])
+            if route is not None:
+                return await self._infer(scope, receive, send, route.group(1), route.group(2))
+        await self.app(scope, receive, send)
+
+    async def _infer(self, scope, receive, send, model: str, version: str | None) -> None:
+        core = self.core
+        claimed = header_length = auth = None
+        for name, value in scope["headers"]:        # the first of each, as Starlette's Headers.get
+            if name == b"content-length":
+                claimed = value if claimed is None else claimed
+            elif name == b"inference-header-content-length":
+                header_length = value.decode("latin-1") if header_length is None else header_length
+            elif name == b"authorization":
+                auth = value if auth is None else auth
+        if self.expected is not None and not hmac.compare_digest(auth or b"", self.expected):
+            core.count_rejection("unauthorized")
+            return await send_error(send, ServeError("unauthorized", "missing or wrong bearer token",
+                                                     ec.SERVE_UNAUTHORIZED))
+        if scope["method"] != "POST":
+            return await _send(send, 405, serve_json.dumps({
+                "error": f"no {scope['method']} {scope['path']} here (KServe v2 endpoints under /v2)",
+                "code": ec.SERVE_REQUEST_MALFORMED}), _JSON, [(b"allow", b"POST")])
+        try:
+            body = await self._body(receive, claimed)
+        except _ClientGone:
+            core.count_rejection("disconnected")
+            return await _send(send, 400, b"", b"text/plain")
+        except ServeError as err:      # the rest of the body is never read: the connection closes after it
+            core.count_rejection(_REASON.get(err.status, "malformed"))
+            return await send_error(send, err, close=True)
+        try:
+            if len(body) <= INLINE_DECODE_BYTES:
+                req, binary_all, binary_named = decode_request(body, header_length, model, version)
+            else:       # parsing megabytes of JSON would stall every other connection: off the event loop
+                req, binary_all, binary_named = await asyncio.get_running_loop().run_in_executor(
+                    None, decode_request, body, header_length, model, version)
+        except ServeError as err:
+            core.count_rejection("malformed")
+            return await send_error(send, err)
+        try:
+            resp = await core.infer(req)
+            payload, json_len = encode_response(resp, binary_all, binary_named)
+        except Exception as exc:       # ServeError from the core, or a bug while encoding
+            return await send_error(send, serve_error(exc))
+        if json_len is None:
+            return await _send(send, 200, payload, _JSON)
+        await _send(send, 200, payload, b"application/octet-stream",
+                    [(b"inference-header-content-length", str(json_len).encode())])
+
+    async def _body(self, receive, claimed: bytes | None) -> bytes:
+        """The body, at most the core's ``max_body_bytes``, all of it within ``read_timeout_s``."""
+        cap = self.core.max_body_bytes
+        if claimed is not None:
+            try:
+                n = int(claimed)
+            except ValueError:
+                raise ServeError("bad_request", f"Content-Length is not an integer: {claimed[:40].decode('latin-1')!r}",
+                                 ec.SERVE_REQUEST_MALFORMED) from None
+            if n > cap:
+                raise ServeError("too_large", f"the body is {n} bytes, over the server's cap of {cap}",
+                                 ec.SERVE_REQUEST_TOO_LARGE)
+        chunks, total = [], 0
+        try:
+            async with asyncio.timeout(self.read_timeout_s):
+                while True:
+                    msg = await receive()
+                    if msg["type"] == "http.disconnect":
+                        raise _ClientGone
+                    chunk = msg.get("body", b"")
+                    if chunk:
+                        total += len(chunk)
+                        if total > cap:
+                            raise ServeError("too_large", f"the body passed the server's cap of {cap} bytes",
+                                             ec.SERVE_REQUEST_TOO_LARGE)
+                        chunks.append(chunk)
+                    if not msg.get("more_body", False):
+                        break
+        except TimeoutError:
+            raise ServeError("request_timeout", f"the body did not arrive within {self.read_timeout_s:g} s",
+                             ec.SERVE_REQUEST_TIMEOUT) from None
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
