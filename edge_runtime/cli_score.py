@@ -80,14 +80,10 @@ def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, co
     from .runtime import load
     from .score import Progress, job_identity, score
     from .score_inputs import count_records, read_records
+    from .score_job import check_resume_options
 
     to_stdout = output == "-"
-    if resume and force:
-        raise InputError("--resume and --force exclude each other: --resume continues the output, --force "
-                         "starts it over", code=ec.SCORE_OPTIONS_CONFLICT)
-    if resume and to_stdout:
-        raise InputError("--resume needs an output file: '-' (stdout) cannot be resumed",
-                         code=ec.SCORE_OPTIONS_CONFLICT)
+    check_resume_options(resume, force, output)
     if engine == "ray":
         from .score_ray import score_ray
 

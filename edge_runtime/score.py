@@ -76,7 +76,8 @@ from pathlib import Path
 from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
 from .score_inputs import Record
-from .score_job import JOB_SCHEMA, _write_job, job_differences, job_identity, job_path, prepare_output
+from .score_job import (JOB_SCHEMA, _write_job, check_resume_options, job_differences, job_identity, job_path,
+                        prepare_output)
 from .score_lines import _dump, _jsonable
 from .score_progress import Progress
 from .score_summary import LATENCY_BASIS, Summary, verdict
@@ -110,12 +111,7 @@ def score(rt, records, out, *, batch_size: int = 32, concurrency: int = 2, resum
     stdout's binary buffer). ``job``: this job's record (``job_identity``); by default it is
     made from ``rt`` and ``records.source`` (set by ``read_records``)."""
     to_stream = str(out) == "-"
-    if resume and force:
-        raise InputError("--resume and --force exclude each other: --resume continues the output, --force "
-                         "starts it over", code=ec.SCORE_OPTIONS_CONFLICT)
-    if resume and to_stream:
-        raise InputError("--resume needs an output file: '-' (stdout) cannot be resumed",
-                         code=ec.SCORE_OPTIONS_CONFLICT)
+    check_resume_options(resume, force, out)
     if batch_size < 1 or concurrency < 1:
         raise InputError("--batch-size and --concurrency must be at least 1", code=ec.INPUT_INVALID)
     batch_size = min(batch_size, rt.limits.max_batch_items)

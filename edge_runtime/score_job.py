@@ -119,6 +119,17 @@ def _has_complete_line(out: Path) -> bool:
     return False
 
 
+def check_resume_options(resume: bool, force: bool, out) -> None:
+    """``--resume`` continues an output file: never with ``--force`` (which starts it over), never on
+    stdout (``-``) or without an output (``None``). ``score``, ``score --engine ray`` and ``shadow``."""
+    if resume and force:
+        raise InputError("--resume and --force exclude each other: --resume continues the output, --force "
+                         "starts it over", code=ec.SCORE_OPTIONS_CONFLICT)
+    if resume and (out is None or str(out) == "-"):
+        raise InputError("--resume needs an output file (-o OUT): stdout ('-') cannot be resumed",
+                         code=ec.SCORE_OPTIONS_CONFLICT)
+
+
 def prepare_output(out: Path, resume: bool, force: bool, summary: Summary, job: dict | None = None) -> int:
     """Make ``out`` ready to append; return how many inputs it already holds."""
     if not out.exists():

@@ -45,6 +45,7 @@ from typing import Callable
 from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
 from .score import Progress, Summary, _jsonable, _write_job, job_identity, job_path, prepare_output
+from .score_job import check_resume_options
 
 OBJECT_STORE_BYTES = 200_000_000
 
@@ -202,12 +203,7 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
     from .runtime import load
 
     to_stream = str(out) == "-"
-    if resume and force:
-        raise InputError("--resume and --force exclude each other: --resume continues the output, --force "
-                         "starts it over", code=ec.SCORE_OPTIONS_CONFLICT)
-    if resume and to_stream:
-        raise InputError("--resume needs an output file: '-' (stdout) cannot be resumed",
-                         code=ec.SCORE_OPTIONS_CONFLICT)
+    check_resume_options(resume, force, out)
     if address and address.startswith("ray://"):
         # measured with Ray 2.60: Ray Data's streaming executor needs a core worker in the driver,
         # which a Ray Client driver does not have ('Worker' object has no attribute 'core_worker')

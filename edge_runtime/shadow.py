@@ -98,11 +98,9 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
     """Run ``records`` (``score_inputs.read_records``) through both runtimes into ``out`` (a path,
     ``"-"`` for ``stream``/stdout, or None: the summary only) and return the summary."""
     from .score import Summary, job_path, prepare_output
+    from .score_job import check_resume_options
 
-    if resume and force:
-        raise InputError("--resume and --force exclude each other", code=ec.SCORE_OPTIONS_CONFLICT)
-    if resume and (out is None or str(out) == "-"):
-        raise InputError("--resume needs an output file (-o OUT.jsonl)", code=ec.SCORE_OPTIONS_CONFLICT)
+    check_resume_options(resume, force, out)
     if rt_a.artifact.task != rt_b.artifact.task:
         raise InputError(f"A is a {rt_a.artifact.task} artifact, B a {rt_b.artifact.task} one: their outputs "
                          f"cannot be compared", code=ec.SHADOW_TASK_MISMATCH)

@@ -162,6 +162,32 @@ def test_resume_of_a_changed_image_folder_is_refused(image_art, tmp_path):
     assert res.exit_code == 2 and "input sha256" in one_error(res, "score_output_mismatch")
 
 
+@pytest.mark.parametrize("resume, force, out, refused", [
+    (True, True, "out.jsonl", True), (True, False, "-", True), (True, False, None, True),
+    (True, False, "out.jsonl", False), (False, True, "-", False), (False, False, None, False)])
+def test_every_scorer_refuses_the_same_resume_options(resume, force, out, refused, tmp_path):
+    """score, score --engine ray and shadow share one check (score_job.check_resume_options), made
+    before any model, input or Ray is touched: the arguments below would fail later otherwise."""
+    from edge_runtime.errors import InputError
+    from edge_runtime.score_job import check_resume_options
+    from edge_runtime.score_ray import score_ray
+    from edge_runtime.shadow import shadow
+
+    calls = [lambda: check_resume_options(resume, force, out)]
+    if refused:
+        calls += [lambda: score(None, [], "-" if out is None else out, resume=resume, force=force),
+                  lambda: score_ray(tmp_path / "no-artifact", tmp_path / "no-input", "-" if out is None else out,
+                                    resume=resume, force=force),
+                  lambda: shadow(None, None, [], out, resume=resume, force=force)]
+    for call in calls:
+        if refused:
+            with pytest.raises(InputError) as e:
+                call()
+            assert e.value.code == "score_options_conflict" and "--resume" in str(e.value)
+        else:
+            call()
+
+
 def test_resume_and_force_together_is_an_error(text_art, tmp_path):
     src = _texts(tmp_path / "in.txt", 5, "good")
     out = tmp_path / "out.jsonl"
