@@ -5,7 +5,9 @@ loopback) against the same artifact in-process, blocks alternating, one run.
 - digits: the added cost, HTTP p50 - in-process p50 (goal <= 0.5 ms);
   each latency pair also runs a bare kept-alive ``http.client`` sending the same binary request, so
   the server's own cost (``added_ms_raw_client``) and tritonclient's (``tritonclient_own_ms``: its
-  request building, geventhttpclient and response parsing) show apart;
+  request building, geventhttpclient and response parsing) show apart; and the same bare request to
+  a hand-written server on the same HTTP stack (``raw_server.py``: PIL, a raw ORT session, softmax,
+  top-1; no limits, metrics or checks), the floor of this box: ``floor_added_ms`` and ours over it;
 - Coral MobileNetV2 (mobilenet_v2_1.0_224_quant, cat.bmp): throughput at concurrency 16 over HTTP /
   in-process ``infer_batch`` of 16 (goal >= 0.8);
 - news-title sentiment: SST-2 sentences one at a time through the server, p50 / p99 (the seed's SLA is
@@ -112,13 +114,17 @@ def raw_request(where: str, model: str, data: bytes):
     return send
 
 
-def latency_pair(rt, client, model: str, raw, make_input, rounds: int, calls: int, raw_send=None) -> dict:
-    """p50 ms of in-process ``rt.infer(raw)``, of one HTTP request through tritonclient and (``raw_send``)
-    through a bare ``http.client``, blocks alternating (order rotated) each round."""
+def latency_pair(rt, client, model: str, raw, make_input, rounds: int, calls: int, raw_send=None,
+                 floor_send=None) -> dict:
+    """p50 ms of in-process ``rt.infer(raw)``, of one HTTP request through tritonclient, (``raw_send``)
+    through a bare ``http.client`` and (``floor_send``) the same bare request to the hand-written
+    server (``raw_server.py``), blocks alternating (order rotated) each round."""
     inputs = [make_input()]
     blocks = {"in": lambda: rt.infer(raw), "http": lambda: client.infer(model, inputs)}
     if raw_send is not None:
         blocks["raw_http"] = raw_send
+    if floor_send is not None:
+        blocks["floor_http"] = floor_send
     got: dict[str, list] = {k: [] for k in blocks}
     for _ in range(20):
         for fn in blocks.values():
@@ -134,7 +140,50 @@ def latency_pair(rt, client, model: str, raw, make_input, rounds: int, calls: in
         c = statistics.median(got["raw_http"])
         out.update(raw_http_p50_ms=round(c, 3), added_ms_raw_client=round(c - a, 3), ratio_raw_client=round(c / a, 3),
                    tritonclient_own_ms=round(b - c, 3), rounds_raw_http=got["raw_http"])
+        if floor_send is not None:
+            f = statistics.median(got["floor_http"])
+            pairs = [x / y for x, y in zip(got["raw_http"], got["floor_http"])]
+            out.update(floor_server_p50_ms=round(f, 3), floor_added_ms=round(f - a, 3),
+                       ours_over_floor_ms=round(c - f, 3), ours_over_floor_ratio=round(statistics.median(pairs), 3),
+                       rounds_floor_http=got["floor_http"])
     return out
+
+
+class FloorServer:
+    """``raw_server.py`` (the hand-written digits server) in a child process, on a free port."""
+
+    def __init__(self, art: Path, timeout: float = 120.0):
+        import subprocess
+
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "raw_server.py"), str(art)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = ""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and not line.startswith("ready "):
+            line = self.proc.stdout.readline()
+            if not line and self.proc.poll() is not None:
+                raise RuntimeError(f"raw_server.py exited with {self.proc.returncode}")
+        self.http = line.split("http=", 1)[1].strip()
+
+    def label(self, model: str, data: bytes) -> str:
+        import http.client
+
+        head = json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES",
+                                       "parameters": {"binary_data_size": len(data) + 4}}]}).encode()
+        host, port = self.http.rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.request("POST", f"/v2/models/{model}/infer", body=head + len(data).to_bytes(4, "little") + data,
+                     headers={"Inference-Header-Content-Length": str(len(head))})
+        doc = json.loads(conn.getresponse().read())
+        conn.close()
+        return next(o["data"][0] for o in doc["outputs"] if o["name"] == "label")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except Exception:
+            self.proc.kill()
 
 
 def http_throughput(client, model: str, inputs, n: int, concurrency: int) -> float:
@@ -193,8 +242,17 @@ def main():
                     raw = sorted((ROOT / "models/zoo/digits-cnn/held_out").rglob("*.png"))[0].read_bytes()
                     make = (lambda: bytes_input([raw]))
                 data = text.encode() if key == "minilm" else raw
-                out[key] = latency_pair(rt, client, model, raw, make, args.rounds, args.calls,
-                                        raw_request(srv.http, model, data))
+                floor = None
+                if key == "digits" and rt.variant.target == "onnx-int8":     # the hand-written server's floor
+                    floor = FloorServer(arts[key])
+                    assert floor.label(model, data) == rt.infer(raw).prediction    # the same answer as ours
+                try:
+                    out[key] = latency_pair(rt, client, model, raw, make, args.rounds, args.calls,
+                                            raw_request(srv.http, model, data),
+                                            raw_request(floor.http, model, data) if floor else None)
+                finally:
+                    if floor is not None:
+                        floor.stop()
                 out[key].update(cold_start_to_ready_s=round(cold, 3), ready_line=srv.ready_line,
                                 device=rt.device, target=rt.variant.target)
             if key == "minilm":        # the seed's headline service: one sentence at a time through the server
@@ -223,6 +281,9 @@ def main():
         g["digits_added_ms<=0.5"] = merged["digits"]["added_ms"] <= 0.5
         if "added_ms_raw_client" in merged["digits"]:
             g["digits_added_ms_raw_client<=0.5"] = merged["digits"]["added_ms_raw_client"] <= 0.5
+        if "floor_added_ms" in merged["digits"]:
+            g["digits_floor_server_added_ms<=0.5 (context: the hand-written server)"] = \
+                merged["digits"]["floor_added_ms"] <= 0.5
     if "mobilenet_v2_throughput" in merged:
         g["mnv2_throughput_ratio>=0.8"] = merged["mobilenet_v2_throughput"]["ratio"] >= 0.8
     merged["goals"] = g
