@@ -8,7 +8,7 @@ everything else happens here, once for both protocols:
   and warmed before ``ready`` turns true; name and version come from the manifest
   (each model's record and metadata: ``serve_model``);
 - limits: the runtime's own (items, bytes, text length, pixels) through
-  ``rt.infer_batch``; the deadline is the request's ``timeout`` parameter
+  ``rt.infer`` for a one-item request and ``rt.infer_batch`` for more; the deadline is the request's ``timeout`` parameter
   (microseconds, as Triton's clients send it) capped by the artifact's
   ``deadline_ms``, and the time spent queued counts against it;
 - backpressure: per model at most ``max_in_flight`` requests run and at most
@@ -304,12 +304,11 @@ class ServeCore(DynamicBatching):
         if m.inline is not None and m.inline.admits(len(items)):
             t = time.perf_counter()
             try:
-                return m.rt.infer_batch(items, deadline_ms=remaining_ms, options=options)
+                return _infer_items(m.rt, items, remaining_ms, options)
             finally:
                 m.inline.observe((time.perf_counter() - t) * 1000, m.name)
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(
-            self._pool, lambda: m.rt.infer_batch(items, deadline_ms=remaining_ms, options=options))
+        fut = loop.run_in_executor(self._pool, _infer_items, m.rt, items, remaining_ms, options)
         try:
             return await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -337,3 +336,14 @@ class ServeCore(DynamicBatching):
         from .serve_metrics import metrics_text
 
         return metrics_text(self)
+
+
+def _infer_items(rt, items: list, deadline_ms: float, options: dict | None) -> list:
+    """One result or typed error per item: ``rt.infer`` for one item (the same limits, metrics and
+    errors as ``infer_batch`` of one, without the batch's bookkeeping), ``rt.infer_batch`` for more."""
+    if len(items) == 1:
+        try:
+            return [rt.infer(items[0], deadline_ms=deadline_ms, options=options)]
+        except EdgeRuntimeError as exc:
+            return [exc]
+    return rt.infer_batch(items, deadline_ms=deadline_ms, options=options)

@@ -317,6 +317,11 @@ def test_core_error_mapping(core, monkeypatch):
                         (ArtifactError("bad"), "internal"), (InferenceTimeout("late"), "timeout"),
                         (RuntimeError("bug"), "internal")):
         monkeypatch.setattr(m.rt, "infer_batch", lambda items, exc=exc, **kw: [exc])
+
+        def failing(raw, exc=exc, **kw):       # a one-item request goes through infer
+            raise exc
+
+        monkeypatch.setattr(m.rt, "infer", failing)
         with pytest.raises(ServeError) as e:
             asyncio.run(core.infer(_req(images)))
         assert e.value.status == status and HTTP_STATUS[e.value.status] in (500, 503, 504)
@@ -331,13 +336,13 @@ def test_core_backpressure_and_drain(core, monkeypatch):
     images, _ = digit_images(1)
     (m,) = core.models.values()
     gate = threading.Event()
-    real = m.rt.infer_batch
+    real = m.rt.infer
 
-    def slow(items, **kw):
+    def slow(raw, **kw):          # a one-item request: the core calls infer
         gate.wait(10)
-        return real(items, **kw)
+        return real(raw, **kw)
 
-    monkeypatch.setattr(m.rt, "infer_batch", slow)
+    monkeypatch.setattr(m.rt, "infer", slow)
     monkeypatch.setattr(m, "inline", None)        # a blocking call belongs on the pool, never on the loop
 
     async def scenario():
@@ -376,8 +381,9 @@ def test_dynamic_batching_merges_requests_on_a_batched_backend(ov_digits_artifac
         (m,) = c.models.values()
         assert m.batched
         calls = []
-        real = m.rt.infer_batch
+        real, real_one = m.rt.infer_batch, m.rt.infer
         m.rt.infer_batch = lambda items, **kw: calls.append(len(items)) or real(items, **kw)
+        m.rt.infer = lambda raw, **kw: calls.append(1) or real_one(raw, **kw)     # a batch of one
 
         async def burst():
             return await asyncio.gather(*[c.infer(_req([img])) for img in images])

@@ -21,17 +21,20 @@ def _req(img: bytes) -> InferRequest:
 
 
 def _spy(m, delay_s: float = 0.0):
-    """Wrap the model's infer_batch: record the thread each call ran on, optionally sleep first."""
+    """Wrap the model's infer and infer_batch (the core calls infer for a one-item request, infer_batch for
+    more and for a dynamic batch): record the thread each call ran on, optionally sleep first."""
     seen: list[str] = []
-    real = m.rt.infer_batch
+    real = (m.rt.infer, m.rt.infer_batch)
 
-    def spy(items, **kw):
-        seen.append(threading.current_thread().name)
-        if delay_s:
-            time.sleep(delay_s)
-        return real(items, **kw)
+    def spying(fn):
+        def spy(x, **kw):
+            seen.append(threading.current_thread().name)
+            if delay_s:
+                time.sleep(delay_s)
+            return fn(x, **kw)
+        return spy
 
-    m.rt.infer_batch = spy
+    m.rt.infer, m.rt.infer_batch = spying(real[0]), spying(real[1])
     return seen, real
 
 
@@ -69,7 +72,7 @@ def test_sub_millisecond_model_runs_on_the_loop_then_leaves_it_after_a_slow_call
         text = core.metrics_text()
         assert 'edge_serve_inline{model="digits-cnn",version="1"} 1' in text
         # a stall: one inline call over the demotion bound, then the pool for good
-        m.rt.infer_batch = real
+        m.rt.infer, m.rt.infer_batch = real
         seen, _ = _spy(m, delay_s=(INLINE_STALL_MS + 5) / 1000)
         got = asyncio.run(two())
         assert [r.outputs[0].data[0].decode() for r in got] == [label, label]   # both answered
