@@ -119,6 +119,41 @@ def test_float_table_is_bit_identical_to_the_formula(mean, std, c):
     np.testing.assert_array_equal(got, _slow_float(x, pre, spec))
 
 
+def _fancy_index_plan(plan: TensorPlan, x: np.ndarray) -> np.ndarray:
+    """The table lookup as it was written before ``take``: one fancy index, then a transpose copy."""
+    table = plan.ftable if plan.kind == "float" else plan.table
+    idx = x if x.dtype == np.uint8 else x.astype(np.uint8)
+    out = table[0][idx] if table.shape[0] == 1 else table[np.arange(idx.shape[2])[None, None, :] % table.shape[0], idx]
+    if plan.nchw:
+        out = np.ascontiguousarray(out.transpose(2, 0, 1))
+    out = out[None]
+    return out if out.dtype == plan.dtype else out.astype(plan.dtype)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("c", [1, 3])
+@pytest.mark.parametrize("dtype, q, mean", [
+    ("float32", None, [0.5]), ("float32", None, [0.485, 0.456, 0.406]),
+    ("int8", {"scale": 0.0187, "zero_point": -14}, [0.485, 0.456, 0.406]),     # a per-channel table
+    ("int8", {"scale": 0.0078, "zero_point": -1}, [0.5]), ("uint8", {"scale": 0.02, "zero_point": 3}, [0.5])])
+def test_table_lookup_by_take_equals_the_fancy_index(layout, c, dtype, q, mean):
+    """TensorPlan looks pixels up with ``take`` per channel plane, straight into the layout: the
+    same bytes, dtype, shape and contiguity as the fancy index it replaced, on every table kind."""
+    if c == 1 and len(mean) == 3:
+        mean = mean[:1]
+    std = [0.229, 0.224, 0.225][:len(mean)] if len(mean) == 3 else [0.5]
+    pre = {"size": [13, 9], "scale": 1 / 255, "mean": mean, "std": std, "layout": layout}
+    shape = [1, c, 13, 9] if layout == "NCHW" else [1, 13, 9, c]
+    spec = {"name": "x", "dtype": dtype, "shape": shape, **({"quantization": q} if q else {})}
+    plan = TensorPlan(pre, spec, c, input_plan(pre, spec, c))
+    assert plan.kind in ("float", "lut")
+    rng = np.random.default_rng(c * 7 + len(mean))
+    for x in (rng.integers(0, 256, (13, 9, c), dtype=np.uint8), np.arange(256 * c, dtype=np.uint8).reshape(16, 16, c)):
+        got, want = plan(x), _fancy_index_plan(plan, x)
+        assert got.dtype == want.dtype and got.shape == want.shape and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)
+
+
 def _png(a: np.ndarray) -> bytes:
     from PIL import Image
 
