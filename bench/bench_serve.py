@@ -88,17 +88,21 @@ def timed(fn, n: int) -> list[float]:
     return out
 
 
+def binary_request(data: bytes) -> tuple[bytes, dict]:
+    """(body, headers) of a KServe v2 infer request carrying ``data`` as one BYTES item in binary."""
+    head = json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES",
+                                   "parameters": {"binary_data_size": len(data) + 4}}]}).encode()
+    return head + len(data).to_bytes(4, "little") + data, {"Inference-Header-Content-Length": str(len(head))}
+
+
 def raw_request(where: str, model: str, data: bytes):
     """A function sending one binary-tensor infer request (one BYTES item) on a kept-alive ``http.client``
     connection: the least a client can do, so the server's own cost shows without tritonclient's."""
     import http.client
 
-    head = json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES",
-                                   "parameters": {"binary_data_size": len(data) + 4}}]}).encode()
-    body = head + len(data).to_bytes(4, "little") + data
+    body, headers = binary_request(data)
     host, port = where.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port))
-    headers = {"Inference-Header-Content-Length": str(len(head))}
 
     def send():
         try:
@@ -168,12 +172,10 @@ class FloorServer:
     def label(self, model: str, data: bytes) -> str:
         import http.client
 
-        head = json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES",
-                                       "parameters": {"binary_data_size": len(data) + 4}}]}).encode()
+        body, headers = binary_request(data)
         host, port = self.http.rsplit(":", 1)
         conn = http.client.HTTPConnection(host, int(port), timeout=30)
-        conn.request("POST", f"/v2/models/{model}/infer", body=head + len(data).to_bytes(4, "little") + data,
-                     headers={"Inference-Header-Content-Length": str(len(head))})
+        conn.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers)
         doc = json.loads(conn.getresponse().read())
         conn.close()
         return next(o["data"][0] for o in doc["outputs"] if o["name"] == "label")

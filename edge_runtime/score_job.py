@@ -130,15 +130,20 @@ def check_resume_options(resume: bool, force: bool, out) -> None:
                          code=ec.SCORE_OPTIONS_CONFLICT)
 
 
+def overwrite(out: Path, force: bool) -> None:
+    """Remove an existing ``out`` (``--force``), or refuse it: it is continued with ``--resume`` only."""
+    if not force:
+        raise InputError(f"{out} exists: pass --resume to continue it or --force to overwrite",
+                         code=ec.SCORE_OUTPUT_EXISTS)
+    out.unlink()
+
+
 def prepare_output(out: Path, resume: bool, force: bool, summary: Summary, job: dict | None = None) -> int:
     """Make ``out`` ready to append; return how many inputs it already holds."""
     if not out.exists():
         return 0
     if not resume:
-        if not force:
-            raise InputError(f"{out} exists: pass --resume to continue it or --force to overwrite",
-                             code=ec.SCORE_OUTPUT_EXISTS)
-        out.unlink()
+        overwrite(out, force)
         job_path(out).unlink(missing_ok=True)
         return 0
     recorded = _read_job(job_path(out), out)

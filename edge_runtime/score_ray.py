@@ -45,7 +45,7 @@ from typing import Callable
 from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
 from .score import Progress, Summary, _jsonable, _write_job, job_identity, job_path, prepare_output
-from .score_job import check_resume_options
+from .score_job import check_resume_options, overwrite
 
 OBJECT_STORE_BYTES = 200_000_000
 
@@ -247,10 +247,7 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
     skip = 0
     if journal is not None:
         if parquet_out and final is not None and final.exists() and not resume:
-            if not force:
-                raise InputError(f"{final} exists: pass --resume to continue it or --force to overwrite",
-                                 code=ec.SCORE_OUTPUT_EXISTS)
-            final.unlink()
+            overwrite(final, force)
         skip = prepare_output(journal, resume, force, summary, job)
         journal.parent.mkdir(parents=True, exist_ok=True)
         if skip == 0 and job is not None:

@@ -13,7 +13,6 @@ No Content-Type is required (tritonclient sends none). Errors are
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 from starlette.applications import Starlette
@@ -21,9 +20,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from . import error_codes as ec
 from .serve_core import ServeCore
-from .serve_http_infer import InferEndpoint
+from .serve_http_infer import InferEndpoint, authorized, bearer, no_route, unauthorized
 from .serve_types import HTTP_STATUS, ServeError
 
 _OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")
@@ -35,16 +33,16 @@ def error_response(err: ServeError, *, close: bool = False) -> JSONResponse:
 
 
 def create_app(core: ServeCore, *, token: str | None = None, read_timeout_s: float = 10.0) -> InferEndpoint:
-    expected = f"Bearer {token}".encode() if token else None
+    expected = bearer(token)
 
     def refused(request: Request) -> JSONResponse | None:
-        if expected is None or request.url.path in _OPEN_PATHS:
+        if request.url.path in _OPEN_PATHS:
             return None
-        given = request.headers.get("authorization", "").encode("utf-8", "replace")
-        if hmac.compare_digest(given, expected):
+        given = next((v for k, v in request.scope["headers"] if k == b"authorization"), None)
+        if authorized(given, expected):
             return None
         core.count_rejection("unauthorized")
-        return error_response(ServeError("unauthorized", "missing or wrong bearer token", ec.SERVE_UNAUTHORIZED))
+        return error_response(unauthorized())
 
     def guarded(fn):
         async def endpoint(request: Request) -> Response:
@@ -89,10 +87,9 @@ def create_app(core: ServeCore, *, token: str | None = None, read_timeout_s: flo
         Route("/v2/models/{model}/versions/{version}/ready", guarded(model_ready), methods=["GET"]),
         Route("/metrics", guarded(metrics), methods=["GET"]),
     ]
-    async def no_route(request: Request, exc: Exception) -> Response:   # unknown path or method: our body too
+    async def unrouted(request: Request, exc: Exception) -> Response:   # unknown path or method: our body too
         status = getattr(exc, "status_code", 404)
-        return JSONResponse({"error": f"no {request.method} {request.url.path} here (KServe v2 endpoints under /v2)",
-                             "code": ec.SERVE_REQUEST_MALFORMED}, status_code=status)
+        return JSONResponse(no_route(request.method, request.url.path), status_code=status)
 
-    app = Starlette(routes=routes, exception_handlers={404: no_route, 405: no_route})
+    app = Starlette(routes=routes, exception_handlers={404: unrouted, 405: unrouted})
     return InferEndpoint(core, app, token=token, read_timeout_s=read_timeout_s)

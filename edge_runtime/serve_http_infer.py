@@ -37,6 +37,26 @@ class _ClientGone(Exception):
     pass
 
 
+# shared with the Starlette app (serve_http): one token check, one refusal, one unknown-route body
+def bearer(token: str | None) -> bytes | None:
+    """The ``Authorization`` value a request must carry, or None when no token is set."""
+    return f"Bearer {token}".encode() if token else None
+
+
+def authorized(given: bytes | None, expected: bytes | None) -> bool:
+    """Constant-time comparison of the request's ``Authorization`` bytes with ``bearer(token)``."""
+    return expected is None or hmac.compare_digest(given or b"", expected)
+
+
+def unauthorized() -> ServeError:
+    return ServeError("unauthorized", "missing or wrong bearer token", ec.SERVE_UNAUTHORIZED)
+
+
+def no_route(method: str, path: str) -> dict:
+    """The body of a 404 or 405: the request's method and path, and where the endpoints are."""
+    return {"error": f"no {method} {path} here (KServe v2 endpoints under /v2)", "code": ec.SERVE_REQUEST_MALFORMED}
+
+
 async def _send(send, status: int, body: bytes, content_type: bytes, extra: list | None = None) -> None:
     headers = [(b"content-length", str(len(body)).encode()), (b"content-type", content_type)]
     if extra:
@@ -55,7 +75,7 @@ class InferEndpoint:
 
     def __init__(self, core: ServeCore, app, *, token: str | None, read_timeout_s: float):
         self.core, self.app, self.read_timeout_s = core, app, read_timeout_s
-        self.expected = f"Bearer {token}".encode() if token else None
+        self.expected = bearer(token)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
@@ -74,14 +94,12 @@ class InferEndpoint:
                 header_length = value.decode("latin-1") if header_length is None else header_length
             elif name == b"authorization":
                 auth = value if auth is None else auth
-        if self.expected is not None and not hmac.compare_digest(auth or b"", self.expected):
+        if not authorized(auth, self.expected):
             core.count_rejection("unauthorized")
-            return await send_error(send, ServeError("unauthorized", "missing or wrong bearer token",
-                                                     ec.SERVE_UNAUTHORIZED))
+            return await send_error(send, unauthorized())
         if scope["method"] != "POST":
-            return await _send(send, 405, serve_json.dumps({
-                "error": f"no {scope['method']} {scope['path']} here (KServe v2 endpoints under /v2)",
-                "code": ec.SERVE_REQUEST_MALFORMED}), _JSON, [(b"allow", b"POST")])
+            return await _send(send, 405, serve_json.dumps(no_route(scope["method"], scope["path"])), _JSON,
+                               [(b"allow", b"POST")])
         try:
             body = await self._body(receive, claimed)
         except _ClientGone:
