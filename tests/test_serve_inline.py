@@ -109,3 +109,38 @@ def test_inline_off_on_request_and_for_a_slow_model(digits_artifact):
     assert fast.on and fast.slow == INLINE_SLOW_CALLS - 1
     fast.observe(INLINE_DEMOTE_MS + 1, "m")                         # the last slow call it takes
     assert not fast.on and f"the {INLINE_SLOW_CALLS}th" in fast.demoted
+
+
+class _TimedRt:
+    """A runtime whose calls take the given seconds, in order (the last one repeats)."""
+
+    def __init__(self, delays, sample=b"x"):
+        self.delays, self.calls, self.resets = list(delays), 0, 0
+        self.task = type("T", (), {"warmup_sample": staticmethod(lambda: sample)})()
+        self.artifact = type("A", (), {"name": "m"})()
+
+    def infer(self, raw):
+        d = self.delays[min(self.calls, len(self.delays) - 1)]
+        self.calls += 1
+        if d is None:
+            raise ValueError("cannot take the sample")
+        time.sleep(d)
+
+    def reset_metrics(self):
+        self.resets += 1
+
+
+def test_call_timing_ignores_a_cold_first_call_and_stops_early_only_on_two_slow_calls():
+    from edge_runtime.serve_inline import measure_call_ms
+
+    slow_s = INLINE_MAX_MS * 3 / 1000
+    cold_first = _TimedRt([slow_s, 0.0])                        # one slow cold call, then fast ones
+    ms = measure_call_ms(cold_first)
+    assert ms is not None and ms <= INLINE_MAX_MS and cold_first.calls == 8 and cold_first.resets == 1
+    one_pause = _TimedRt([0.0, slow_s, 0.0])                      # one slow timed call among seven
+    assert measure_call_ms(one_pause) <= INLINE_MAX_MS and one_pause.calls == 8
+    slow = _TimedRt([slow_s])                                      # a slow model: timed twice, not seven times
+    assert measure_call_ms(slow) > INLINE_MAX_MS and slow.calls == 3
+    assert measure_call_ms(_TimedRt([0.0], sample=None)) is None  # no sample: the pool
+    failing = _TimedRt([None])
+    assert measure_call_ms(failing) is None and failing.resets == 1
