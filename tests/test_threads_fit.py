@@ -64,6 +64,57 @@ def test_default_kept_when_one_thread_is_slower():
     assert rt._sessions == old and all(s.closed for s in opened)          # the trial sessions are released
 
 
+class _Box:
+    """A fake clock for a machine whose speed changes part-way: every call costs ``ms`` x the
+    box's factor at that moment, the factor stepping to ``slow`` after ``step`` calls in all."""
+
+    def __init__(self, step: int, slow: float):
+        self.now, self.calls, self.step, self.slow = 0.0, 0, step, slow
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def session(self, ms: float) -> "_BoxSess":
+        return _BoxSess(self, ms)
+
+
+class _BoxSess(_Sess):
+    def __init__(self, box: _Box, ms: float):
+        super().__init__(ms)
+        self.box = box
+
+    def run(self, feeds):
+        self.calls += 1
+        self.box.calls += 1
+        self.box.now += self.ms / 1000 * (self.box.slow if self.box.calls > self.box.step else 1.0)
+        return {"y": np.zeros(1, np.float32)}
+
+
+@pytest.mark.usefixtures("_cores")
+def test_a_box_that_slows_down_mid_fit_does_not_decide_it(monkeypatch):
+    """The CI failure: timed one side after the other, a box that turned 1.25x slower between the
+    two read as "one thread is 1.20x slower". Timed call for call, both sides see the same box."""
+    box = _Box(step=2 * tf.CALLS + 2 + 6, slow=1.25)     # steps during the first alternating rounds
+    monkeypatch.setattr(tf, "time", SimpleNamespace(perf_counter=box.perf_counter))
+    rt = _rt(0.04)
+    rt._sessions = [box.session(0.04), box.session(0.04)]
+    rec = tf.fit_threads(rt, BACKEND, lambda b, opts: box.session(0.04))
+    assert rec["threads"] == 1 and rec["rounds"] == tf.ROUNDS, rec
+    assert rec["one_thread_ms"] == rec["default_ms"], rec
+
+
+@pytest.mark.usefixtures("_cores")
+def test_one_thread_really_slower_is_refused_after_a_second_look(monkeypatch):
+    box = _Box(step=10 ** 9, slow=1.0)
+    monkeypatch.setattr(tf, "time", SimpleNamespace(perf_counter=box.perf_counter))
+    rt = _rt(0.04)
+    rt._sessions = [box.session(0.04), box.session(0.04)]
+    opened: list = []
+    rec = tf.fit_threads(rt, BACKEND, lambda b, opts: opened.append(box.session(0.05)) or opened[-1])
+    assert rec["threads"] is None and rec["rounds"] == 2 * tf.ROUNDS and "1.25x slower" in rec["why"], rec
+    assert all(s.closed for s in opened) and not any(s.closed for s in rt._sessions)
+
+
 @pytest.mark.usefixtures("_cores")
 def test_default_kept_for_a_model_of_milliseconds_after_one_call():
     rt = _rt(tf.TINY_CALL_MS * 3)
