@@ -37,7 +37,7 @@ import numpy as np
 
 from . import error_codes as ec
 from . import serve_proto as sp
-from .serve_types import BYTES, DATATYPES, GRPC_STATUS, InferRequest, InferResponse, ServeError, Tensor
+from .serve_types import BYTES, DATATYPES, GRPC_STATUS, InferRequest, InferResponse, ServeError, Tensor, numeric_bytes
 
 log = logging.getLogger("edge_runtime.serve.grpc")
 
@@ -192,9 +192,8 @@ def to_message(resp: InferResponse) -> Any:
             raw = join_bytes(items)
             shape = list(t.shape) if t.shape else [len(items)]
         else:
-            arr = np.ascontiguousarray(t.data, dtype=np.dtype(DATATYPES[t.datatype]).newbyteorder("<"))
-            raw = arr.tobytes()
-            shape = list(t.shape) if t.shape or arr.ndim == 0 else list(arr.shape)
+            raw = numeric_bytes(t.datatype, t.data)
+            shape = list(t.shape) if t.shape or np.ndim(t.data) == 0 else list(np.shape(t.data))
         out = msg.outputs.add(name=t.name, datatype=t.datatype, shape=[int(d) for d in shape])
         for k, v in t.parameters.items():
             if v is not None:

@@ -12,6 +12,8 @@ light, and the server's frameworks load in ``edge-infer serve`` only.
 
 from __future__ import annotations
 
+import array
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -24,6 +26,11 @@ DATATYPES: Final[dict[str, Any]] = {
     "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
 }
 BYTES: Final = "BYTES"
+# datatype -> the array-module typecode of the same size (FP16 has none: it goes through numpy)
+_TYPECODES: Final[dict[str, str]] = {
+    "BOOL": "B", "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q",
+    "INT8": "b", "INT16": "h", "INT32": "i", "INT64": "q", "FP32": "f", "FP64": "d",
+}
 
 
 def datatype_of(arr: np.ndarray) -> str:
@@ -34,10 +41,40 @@ def datatype_of(arr: np.ndarray) -> str:
     return BYTES
 
 
+# the typecodes whose size is the datatype's on this platform (array's "I"/"q" follow C's sizes)
+_PACK: Final[dict[str, str]] = {d: c for d, c in _TYPECODES.items()
+                                if array.array(c).itemsize == np.dtype(DATATYPES[d]).itemsize}
+
+
+def numeric_bytes(datatype: str, data: Any) -> bytes:
+    """A numeric tensor's data, little-endian, row-major: a numpy array, or a flat list of Python
+    numbers (what the server builds for a few scalars: no numpy array per output; a float list of
+    FP32 holds float32 values, so the packing is exact)."""
+    code = _PACK.get(datatype) if type(data) is list else None
+    if code is not None:
+        packed = array.array(code, [bool(x) for x in data] if datatype == "BOOL" else data)
+        if sys.byteorder != "little":
+            packed.byteswap()
+        return packed.tobytes()
+    arr = np.asarray(data, dtype=DATATYPES[datatype])
+    return arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def list_values(datatype: str, data: list) -> list:
+    """A flat list's values as its datatype holds them (FP32: rounded to float32, as the binary form
+    and a numpy array of the datatype would; FP16: through numpy), for the JSON form."""
+    if datatype == "FP32":
+        return array.array("f", data).tolist()
+    if datatype == "FP16":
+        return np.asarray(data, dtype=np.float16).tolist()
+    return data
+
+
 @dataclass
 class Tensor:
-    """One named tensor. ``data`` is a numpy array of ``shape`` for numeric
-    datatypes, or a flat list of ``bytes`` (one per element) for BYTES."""
+    """One named tensor. ``data`` is, for numeric datatypes, a numpy array of ``shape`` or a flat
+    list of Python numbers in row-major order (``numeric_bytes`` packs either); for BYTES, a flat
+    list of ``bytes`` (one per element)."""
 
     name: str
     datatype: str

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import serve_json
 from .serve_tensors import bad
-from .serve_types import BYTES, DATATYPES, InferRequest, InferResponse, Tensor
+from .serve_types import BYTES, DATATYPES, InferRequest, InferResponse, Tensor, list_values, numeric_bytes
 
 HEADER_LENGTH = "inference-header-content-length"
 # BYTES elements are items (texts, images): far more than any batch limit is refused before it is parsed
@@ -203,7 +203,7 @@ def encode_response(resp: InferResponse, binary_all: bool, binary_named: set[str
         elif t.datatype == BYTES:
             o["data"] = [bytes(x).decode("utf-8", "replace") for x in t.data]
         else:
-            o["data"] = np.asarray(t.data).ravel().tolist()
+            o["data"] = list_values(t.datatype, t.data) if type(t.data) is list else np.asarray(t.data).ravel().tolist()
         outs.append(o)
     doc: dict[str, Any] = {"model_name": resp.model_name, "model_version": resp.model_version, "outputs": outs}
     if resp.id is not None:
@@ -219,5 +219,4 @@ def encode_response(resp: InferResponse, binary_all: bool, binary_named: set[str
 def _to_binary(t: Tensor) -> bytes:
     if t.datatype == BYTES:
         return b"".join(_LEN.pack(len(x)) + bytes(x) for x in t.data)
-    arr = np.asarray(t.data)
-    return arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+    return numeric_bytes(t.datatype, t.data)
