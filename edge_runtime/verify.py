@@ -31,7 +31,8 @@ def _row_base(rt) -> dict:
 def verify_runtime(rt, probe: ProbeSet | None = None, *, rounds: int = 1) -> dict:
     """Parity and latency of ``rt`` on the probe set: ``metric``, ``value`` (and the
     compare's other figures), ``recorded``, ``budget``, ``passed``, ``samples``,
-    ``latency_ms_median``, ``ms`` (the whole verify)."""
+    ``latency_ms_median``, ``first_ms`` (the first call: at load it is the one that warms the
+    pre/post-processing path), ``ms`` (the whole verify)."""
     t0 = time.perf_counter()
     probe = probe if probe is not None else read(rt.artifact)
     results: list[Any] = []
@@ -50,7 +51,7 @@ def verify_runtime(rt, probe: ProbeSet | None = None, *, rounds: int = 1) -> dic
     row = {**_row_base(rt), **{k: v for k, v in figures.items() if k not in ("per_bucket",)},
            "recorded": parity.get("value"), "budget": budget,
            "passed": bool(value is not None and budget is not None and value >= budget),
-           "latency_ms_median": round(float(np.median(lat)), 3),
+           "latency_ms_median": round(float(np.median(lat)), 3), "first_ms": round(lat[0], 3) if lat else None,
            "latency_ms_p90": round(float(np.percentile(lat, 90)), 3),
            "here": host.int8_class(rt.hardware, rt.device),
            "ms": round((time.perf_counter() - t0) * 1000, 1)}

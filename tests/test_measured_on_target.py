@@ -56,6 +56,42 @@ def test_probe_round_trips_every_kind_of_raw_input_and_result(tmp_path):
     assert r3.prediction == [1, 2] and r3.class_id == 4
 
 
+@pytest.mark.parametrize("arr", [
+    np.arange(12, dtype=np.float32).reshape(3, 4), np.array(3.5), np.zeros((0, 5), np.int8), np.array([True, False]),
+    np.arange(6, dtype=">i4"), np.array([1.5, np.nan], np.float16), np.frombuffer("é".encode() * 200, np.uint8),
+    np.arange(6, dtype=np.int64).reshape(2, 3).T,                                  # Fortran order: numpy reads it
+    np.zeros(2, dtype=[("a", np.int32), ("b", np.float32)]),                      # structured: numpy reads it
+])
+def test_probe_files_read_as_numpy_reads_them(arr):
+    import io
+
+    buf = io.BytesIO()
+    np.savez_compressed(buf, allow_pickle=False, a=arr, b=np.ones(3, np.float64))
+    got = probe._load_npz(buf.getvalue())
+    assert set(got) == {"a", "b"}
+    assert got["a"].dtype == arr.dtype and got["a"].shape == arr.shape
+    np.testing.assert_array_equal(got["a"], arr)
+    assert got["a"].flags.writeable                          # as np.load returns it
+    one = io.BytesIO()
+    np.save(one, arr, allow_pickle=False)
+    plain = arr.dtype.fields is None and (arr.flags.c_contiguous or arr.ndim < 2)
+    assert (probe._npy_fast(one.getvalue()) is not None) == plain      # the fast path reads the plain case
+
+
+def test_a_probe_file_holding_objects_or_cut_short_is_refused():
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, a=np.array([{"x": 1}], dtype=object))
+    with pytest.raises(ValueError):                         # never unpickled
+        probe._load_npz(buf.getvalue())
+    one = io.BytesIO()
+    np.save(one, np.arange(10, dtype=np.int32))
+    assert probe._npy_fast(one.getvalue()[:-4]) is None       # short data: left to numpy, which refuses it
+    with pytest.raises(ValueError):
+        np.load(io.BytesIO(one.getvalue()[:-4]))
+
+
 def test_probe_is_capped_in_count_and_bytes():
     raws = ["x" * 1000] * 50
     res = [TaskOutput(embedding=np.zeros(256, np.float32))] * 50
@@ -126,6 +162,30 @@ def test_verify_at_load_reports_its_figures_and_cost(make_artifact):
     assert v["ms"] <= info["load_ms"]
     with er.load(art) as rt:
         assert rt.info()["verified_here"] is None       # verify=False runs nothing
+
+
+def test_verify_at_load_is_the_pipeline_warm_up_and_not_traffic(make_artifact, monkeypatch):
+    """With verify=True the probe set's first call warms the pre/post path (the task's warm-up sample
+    would be one more call of the same at load), and the probe calls leave no trace in the metrics."""
+    art = make_artifact("text-embedding", probe=8)
+    calls: list = []
+    real = er.Runtime.infer
+
+    def counting(self, raw, **kw):
+        calls.append(raw)
+        return real(self, raw, **kw)
+
+    monkeypatch.setattr(er.Runtime, "infer", counting)
+    with er.load(art) as rt:
+        plain = list(calls)
+        assert set(rt.info()["warmup_ms"]) >= {"pipeline"} and len(plain) == 1      # the warm-up sample
+    calls.clear()
+    with er.load(art, verify=True) as rt:
+        info = rt.info()
+        assert len(calls) == 8 and plain[0] not in calls                        # the probes only
+        assert info["warmup_ms"]["pipeline"] == info["verified_here"]["first_ms"] > 0
+        m = rt.metrics()
+        assert sum(h["count"] for h in m["latency_seconds"].values()) == 0, m
 
 
 def test_a_backend_that_returns_nan_is_non_finite_output_in_verify(make_artifact):
