@@ -47,7 +47,8 @@ class Watchdog:
     COMPACT_AT = 1024
 
     def __init__(self):
-        self._cv = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()           # arm/disarm take it directly (a C call, not the
+        self._cv = threading.Condition(self._lock)  # Condition's Python-level __enter__/__exit__)
         self._heap: list = []
         self._wake_at = math.inf    # when the thread wakes by itself (inf: it waits for a notify)
         self._dead = 0          # disarmed entries still in the heap
@@ -57,7 +58,7 @@ class Watchdog:
     def arm(self, t_end: float) -> tuple[CancelToken, list]:
         token = CancelToken()
         entry = [t_end, next(self._seq), token, True]     # [deadline, seq, token, active]
-        with self._cv:
+        with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="edge-infer-watchdog", daemon=True)
                 self._thread.start()
@@ -68,7 +69,7 @@ class Watchdog:
         return token, entry
 
     def disarm(self, entry: list) -> None:
-        with self._cv:
+        with self._lock:
             if not entry[3]:
                 return              # fired (and popped) already
             entry[3], entry[2] = False, None
