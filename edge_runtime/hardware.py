@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import records
-from .hardware_cpu import darwin_cpu, darwin_sysctl, linux_cpu, read_auxv
+from .hardware_cpu import X86_MACHINES, darwin_cpu, darwin_sysctl, linux_cpu, numpy_cpuid, read_auxv
 from .hardware_packages import BACKEND_PACKAGES, onnxruntime_build, packages_present, vendor_libraries
 
 __all__ = ["detect", "detect_cached", "has_nvidia_gpu", "packages_present", "BACKEND_PACKAGES"]
@@ -48,6 +48,7 @@ class Probe:
     sysctl: Callable[[str], object]
     python_path: list | None
     env: dict | None
+    cpuid: dict | None = None           # x86: the features CPUID gives this process (hardware_cpu.numpy_cpuid)
     found: dict = field(default_factory=dict)
 
     def read(self, rel: str, limit: int = 1 << 20) -> str:
@@ -72,7 +73,8 @@ def _no_sysctl(name: str):
 def _cpu(p: Probe) -> dict:
     if p.system == "Darwin":
         return darwin_cpu(p.sysctl, p.machine)
-    return linux_cpu(p.read("proc/cpuinfo"), p.machine, read_auxv(p.root))   # auxv: the HWCAPs of this process
+    # auxv: the HWCAPs of this process (arm64); cpuid: its CPUID (x86): what its libraries dispatch on
+    return linux_cpu(p.read("proc/cpuinfo"), p.machine, read_auxv(p.root), p.cpuid)
 
 
 def _apple_silicon(p: Probe) -> bool:
@@ -200,16 +202,20 @@ PROBES: tuple[tuple[str, Callable[[Probe], object]], ...] = (
 
 def detect(root: str | os.PathLike = "/", *, system: str | None = None, machine: str | None = None,
            sysctl: Callable[[str], object] | dict | None = None, python_path: list | None = None,
-           env: dict | None = None) -> records.Hardware:
+           env: dict | None = None, cpuid: dict | None = None) -> records.Hardware:
     """Probe the machine under ``root``. ``sysctl`` (a dict or a callable) replaces macOS's
     sysctl lookup, ``python_path`` the folders searched for packages, ``env`` the environment
-    (``LD_LIBRARY_PATH``); each defaults to the real thing."""
+    (``LD_LIBRARY_PATH``), ``cpuid`` the x86 features CPUID gives the process; each defaults
+    to the real thing (CPUID only for the real root on this x86 machine, never for a fake one)."""
     system = system or platform.system()
     if isinstance(sysctl, dict):
         sysctl = sysctl.get
     if sysctl is None:
         sysctl = darwin_sysctl if system == "Darwin" and Path(root) == Path("/") else _no_sysctl
-    p = Probe(Path(root), system, machine or platform.machine(), sysctl, python_path, env)
+    if cpuid is None and Path(root) == Path("/") and machine in (None, platform.machine()) \
+            and platform.machine() in X86_MACHINES:
+        cpuid = numpy_cpuid()
+    p = Probe(Path(root), system, machine or platform.machine(), sysctl, python_path, env, cpuid)
     p.found.update(system=p.system, machine=p.machine)
     for key, probe in PROBES:
         p.found[key] = probe(p)

@@ -6,7 +6,12 @@ implementer/part codes); on AArch64 the process's own HWCAPs from
 (qemu-user running an arm64 userland on an x86 kernel) ``/proc/cpuinfo``
 describes the host's CPU, not this process's: the record then says so
 (``emulated``, ``note``), names no model or vendor, and takes the features
-from the HWCAPs qemu gives the process. macOS: ``sysctl`` values (``machdep.cpu.brand_string``,
+from the HWCAPs qemu gives the process. On x86 the process's own view is
+CPUID, which the vendor libraries dispatch on: numpy reads it at import (its
+runtime dispatch), and where it lacks a feature ``/proc/cpuinfo`` lists
+(``qemu-x86_64 -cpu EPYC-Rome`` on a VNNI host, or a hypervisor that masks
+CPUID) the features are CPUID's (``cpuid_differs``, ``note``): the int8 class
+must be the one the kernels see. macOS: ``sysctl`` values (``machdep.cpu.brand_string``,
 ``hw.optional.*``), read through an injectable lookup so tests need no Mac.
 Nothing here imports an ML framework or starts a process.
 """
@@ -75,11 +80,30 @@ def arm64_features(hwcap: int, hwcap2: int) -> set[str]:
             | {name for bit, name in ARM64_HWCAP2.items() if hwcap2 >> bit & 1} | {"neon"})
 
 
+# numpy's CPUID names -> ours: the int8-relevant x86 features numpy's dispatcher checks itself
+# (AMX and AVX-VNNI it does not: where CPUID and /proc/cpuinfo disagree those count as unconfirmed)
+NUMPY_CPUID = {"AVX2": "avx2", "AVX512F": "avx512f", "AVX512VNNI": "avx512_vnni", "AVX512BF16": "avx512_bf16"}
+
+
+def numpy_cpuid() -> dict[str, bool] | None:
+    """The x86 features CPUID gives this process, as numpy's dispatcher read them (None when unreadable)."""
+    try:
+        try:
+            from numpy._core._multiarray_umath import __cpu_features__ as feats  # type: ignore[import-not-found]
+        except ImportError:             # numpy 1.x
+            from numpy.core._multiarray_umath import __cpu_features__ as feats  # type: ignore[no-redef]
+    except Exception:
+        return None
+    if not all(k in feats for k in NUMPY_CPUID):
+        return None
+    return {ours: bool(feats[k]) for k, ours in NUMPY_CPUID.items()}
+
+
 def _features(found: set[str]) -> list[str]:
     return [f for f in FEATURE_ORDER if f in found]
 
 
-def linux_cpu(cpuinfo: str, machine: str, auxv: bytes = b"") -> dict:
+def linux_cpu(cpuinfo: str, machine: str, auxv: bytes = b"", cpuid: dict[str, bool] | None = None) -> dict:
     fields: dict[str, str] = {}
     flags: set[str] = set()
     processors = 0
@@ -116,7 +140,18 @@ def linux_cpu(cpuinfo: str, machine: str, auxv: bytes = b"") -> dict:
     if not model and fields.get("CPU part"):
         part = fields["CPU part"].lower()
         model = " ".join(x for x in (vendor, ARM_PARTS.get(part, f"part {part}")) if x)
-    return _record(vendor, model, processors or os.cpu_count() or 1, found)
+    differs = sorted(f for f in found if cpuid and cpuid.get(f) is False) if machine in X86_MACHINES else []
+    if not differs:
+        return _record(vendor, model, processors or os.cpu_count() or 1, found)
+    confirmed = {f for f in found if cpuid and cpuid.get(f) is True}
+    rec = _record(vendor, model, processors or os.cpu_count() or 1, confirmed)
+    rec["cpuid_differs"] = differs
+    rec["note"] = (f"CPUID, which this process's libraries dispatch on, lacks {', '.join(differs)} that "
+                   "/proc/cpuinfo lists (user-mode emulation such as qemu-x86_64 -cpu, or a hypervisor masking "
+                   "CPUID): features from CPUID" + (f", {', '.join(_features(found - confirmed - set(differs)))} "
+                                                   "unconfirmed and left out" if found - confirmed - set(differs)
+                                                   else "") + f"; the model name is the host's ({model or '?'})")
+    return rec
 
 
 def darwin_cpu(sysctl, machine: str) -> dict:
