@@ -140,22 +140,35 @@ class InferEndpoint:
                 raise ServeError("too_large", f"the body is {n} bytes, over the server's cap of {cap}",
                                  ec.SERVE_REQUEST_TOO_LARGE)
         chunks, total = [], 0
-        try:
-            async with asyncio.timeout(self.read_timeout_s):
-                while True:
-                    msg = await receive()
-                    if msg["type"] == "http.disconnect":
-                        raise _ClientGone
-                    chunk = msg.get("body", b"")
-                    if chunk:
-                        total += len(chunk)
-                        if total > cap:
-                            raise ServeError("too_large", f"the body passed the server's cap of {cap} bytes",
-                                             ec.SERVE_REQUEST_TOO_LARGE)
-                        chunks.append(chunk)
-                    if not msg.get("more_body", False):
-                        break
-        except TimeoutError:
-            raise ServeError("request_timeout", f"the body did not arrive within {self.read_timeout_s:g} s",
-                             ec.SERVE_REQUEST_TIMEOUT) from None
+        end = asyncio.get_running_loop().time() + self.read_timeout_s
+        arrived = _arrived(receive)
+        while True:
+            if arrived is not None and arrived.is_set():
+                msg = await receive()           # the server has the data: no wait, so no timer to arm
+            else:
+                try:
+                    async with asyncio.timeout_at(end):      # the whole body within read_timeout_s
+                        msg = await receive()
+                except TimeoutError:
+                    raise ServeError("request_timeout", f"the body did not arrive within {self.read_timeout_s:g} s",
+                                     ec.SERVE_REQUEST_TIMEOUT) from None
+            if msg["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk = msg.get("body", b"")
+            if chunk:
+                total += len(chunk)
+                if total > cap:
+                    raise ServeError("too_large", f"the body passed the server's cap of {cap} bytes",
+                                     ec.SERVE_REQUEST_TOO_LARGE)
+                chunks.append(chunk)
+            if not msg.get("more_body", False):
+                break
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _arrived(receive) -> asyncio.Event | None:
+    """uvicorn's per-request event, set while received body bytes wait to be read (its ``receive``
+    then returns them without waiting: a small body usually arrives with its head), or None for a
+    server that has none; ``_body`` arms its deadline only for a receive that may wait."""
+    event = getattr(getattr(receive, "__self__", None), "message_event", None)
+    return event if isinstance(event, asyncio.Event) else None
