@@ -144,13 +144,14 @@ def linux_cpu(cpuinfo: str, machine: str, auxv: bytes = b"", cpuid: dict[str, bo
     if not differs:
         return _record(vendor, model, processors or os.cpu_count() or 1, found)
     confirmed = {f for f in found if cpuid and cpuid.get(f) is True}
+    unconfirmed = _features(found - confirmed - set(differs))       # AMX, AVX-VNNI: numpy does not check them
     rec = _record(vendor, model, processors or os.cpu_count() or 1, confirmed)
     rec["cpuid_differs"] = differs
     rec["note"] = (f"CPUID, which this process's libraries dispatch on, lacks {', '.join(differs)} that "
                    "/proc/cpuinfo lists (user-mode emulation such as qemu-x86_64 -cpu, or a hypervisor masking "
-                   "CPUID): features from CPUID" + (f", {', '.join(_features(found - confirmed - set(differs)))} "
-                                                   "unconfirmed and left out" if found - confirmed - set(differs)
-                                                   else "") + f"; the model name is the host's ({model or '?'})")
+                   "CPUID): features from CPUID"
+                   + (f", {', '.join(unconfirmed)} unconfirmed and left out" if unconfirmed else "")
+                   + f"; the model name is the host's ({model or '?'})")
     return rec
 
 

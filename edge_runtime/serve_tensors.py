@@ -125,10 +125,6 @@ def _array_tensor(name: str, arr: np.ndarray) -> Tensor:
     return Tensor(name, _BY_DTYPE.get(arr.dtype) or datatype_of(arr), list(arr.shape), arr)
 
 
-def _list_tensor(name: str, datatype: str, shape: list[int], values: list) -> Tensor:
-    return Tensor(name, datatype, shape, values)
-
-
 def output_makers(results: list) -> dict[str, Callable[[], Tensor]]:
     """Output name -> a function building that tensor from ``results`` (only the asked-for ones are built).
     A classifier's few scalars go out as flat Python lists (``numeric_bytes`` packs them), not numpy
@@ -138,20 +134,20 @@ def output_makers(results: list) -> dict[str, Callable[[], Tensor]]:
     makers: dict[str, Callable[[], Tensor]] = {}
     if r0.class_id is not None:
         makers["label"] = lambda: _bytes_tensor("label", [str(r.prediction).encode("utf-8") for r in results])
-        makers["class_id"] = lambda: _list_tensor("class_id", "INT64", [n], [int(r.class_id) for r in results])
-        makers["score"] = lambda: _list_tensor("score", "FP32", [n], [
+        makers["class_id"] = lambda: Tensor("class_id", "INT64", [n], [int(r.class_id) for r in results])
+        makers["score"] = lambda: Tensor("score", "FP32", [n], [
             float(r.top_k[0]["score"]) if r.top_k else math.nan for r in results])
         ks = {len(r.top_k or ()) for r in results}
         if len(ks) == 1 and (k := ks.pop()) > 0:
-            makers["top_k_class_ids"] = lambda: _list_tensor("top_k_class_ids", "INT64", [n, k], [
+            makers["top_k_class_ids"] = lambda: Tensor("top_k_class_ids", "INT64", [n, k], [
                 int(t["index"]) for r in results for t in r.top_k])
-            makers["top_k_scores"] = lambda: _list_tensor("top_k_scores", "FP32", [n, k], [
+            makers["top_k_scores"] = lambda: Tensor("top_k_scores", "FP32", [n, k], [
                 float(t["score"]) for r in results for t in r.top_k])
     if r0.embedding is not None:
         makers["embedding"] = lambda: _array_tensor("embedding", np.stack(
             [np.asarray(r.embedding, dtype=np.float32) for r in results]))
     if r0.detections is not None:
-        makers["num_detections"] = lambda: _list_tensor("num_detections", "INT64", [n], [
+        makers["num_detections"] = lambda: Tensor("num_detections", "INT64", [n], [
             len(r.detections or ()) for r in results])
     for name in (r0.outputs or {}):
         if name not in makers:

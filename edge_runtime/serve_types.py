@@ -26,11 +26,6 @@ DATATYPES: Final[dict[str, Any]] = {
     "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
 }
 BYTES: Final = "BYTES"
-# datatype -> the array-module typecode of the same size (FP16 has none: it goes through numpy)
-_TYPECODES: Final[dict[str, str]] = {
-    "BOOL": "B", "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q",
-    "INT8": "b", "INT16": "h", "INT32": "i", "INT64": "q", "FP32": "f", "FP64": "d",
-}
 
 
 def datatype_of(arr: np.ndarray) -> str:
@@ -41,9 +36,12 @@ def datatype_of(arr: np.ndarray) -> str:
     return BYTES
 
 
-# the typecodes whose size is the datatype's on this platform (array's "I"/"q" follow C's sizes)
-_PACK: Final[dict[str, str]] = {d: c for d, c in _TYPECODES.items()
-                                if array.array(c).itemsize == np.dtype(DATATYPES[d]).itemsize}
+# datatype -> the array-module typecode of the same size on this platform (array's "I"/"q" follow
+# C's sizes; FP16 has none: it and any datatype left out go through numpy)
+_PACK: Final[dict[str, str]] = {d: c for d, c in (
+    ("BOOL", "B"), ("UINT8", "B"), ("UINT16", "H"), ("UINT32", "I"), ("UINT64", "Q"), ("INT8", "b"),
+    ("INT16", "h"), ("INT32", "i"), ("INT64", "q"), ("FP32", "f"), ("FP64", "d"))
+    if array.array(c).itemsize == np.dtype(DATATYPES[d]).itemsize}
 
 
 def numeric_bytes(datatype: str, data: Any) -> bytes:
