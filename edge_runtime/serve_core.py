@@ -21,10 +21,11 @@ everything else happens here, once for both protocols:
   ``DynamicBatching`` mixin of ``serve_batch``);
 - model calls run on a thread pool, except a sub-millisecond model's (measured at
   load), which runs on the event loop: the hand-off would cost more than the
-  call (``serve_inline``; a slow inline call moves its model to the pool). Such
-  a request skips dynamic batching too: digits on OpenVINO over HTTP, p50 1.54 ms
-  batched vs 1.22 inline, the same 0.9-1.0k requests/s at concurrency 16
-  (2-core Xeon, 2026-12-05);
+  call (``serve_inline``: slow inline calls move the model to the pool, a long
+  run of fast pool calls brings it back). Such a request skips dynamic
+  batching too: digits on OpenVINO over HTTP, p50 1.54 ms batched vs 1.22
+  inline, the same 0.9-1.0k requests/s at concurrency 16 (2-core Xeon,
+  2026-12-05);
 - errors: the runtime's typed errors map to a status (``STATUS_OF``), the code
   passes through.
 """
@@ -308,9 +309,13 @@ class ServeCore(DynamicBatching):
             finally:
                 m.inline.observe((time.perf_counter() - t) * 1000, m.name)
         loop = asyncio.get_running_loop()
+        t = time.perf_counter()
         fut = loop.run_in_executor(self._pool, _infer_items, m.rt, items, remaining_ms, options)
         try:
-            return await asyncio.shield(fut)
+            results = await asyncio.shield(fut)
+            if m.inline is not None and m.inline.demotions and not m.inline.on:   # fast again: back to the loop
+                m.inline.observe_pooled((time.perf_counter() - t) * 1000 / len(items), m.name)
+            return results
         except asyncio.CancelledError:
             # the caller went away (a gRPC deadline, a closed connection): the model thread still runs,
             # to its deadline at most, so its slot stays held until it returns; then the cancel goes on

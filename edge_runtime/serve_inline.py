@@ -5,11 +5,19 @@ A call handed to the thread pool costs two thread switches and a future
 call. A model whose measured call takes at most ``INLINE_MAX_MS`` per item
 therefore runs on the loop thread, with the runtime's own limits, deadline and
 watchdog; any other model, and any request whose items would take longer,
-goes to the pool. A stall sends the model to the pool for good, logged and
-shown in ``/metrics``: one inline call over ``INLINE_STALL_MS``, or the
-``INLINE_SLOW_CALLS``-th over ``INLINE_DEMOTE_MS`` (a one-off pause, the
-collector's or the machine's, is not a stall). The loop is thus blocked by a
-stalled model once, for at most that call's deadline (the runtime's watchdog).
+goes to the pool.
+
+A stall sends the model to the pool, logged and shown in ``/metrics``: one
+inline call over ``INLINE_STALL_MS``, or ``INLINE_SLOW_CALLS`` calls over
+``INLINE_DEMOTE_MS`` within its last ``INLINE_WINDOW`` inline calls (a one-off
+pause, the collector's or the machine's, is not a stall, and neither are a few
+pauses spread over hours of traffic). A demoted model comes back to the loop
+after ``PROMOTE_CALLS`` pool calls in a row none of which was slow (twice as
+many after each further demotion); its ``MAX_DEMOTIONS``-th demotion is for
+good. The loop is thus blocked by a stalling model at most ``MAX_DEMOTIONS``
+times, each for at most that call's deadline (the runtime's watchdog), while a
+busy minute on the machine no longer costs a fast model the loop for the rest
+of the process's life.
 """
 
 from __future__ import annotations
@@ -17,13 +25,17 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections import deque
 
 log = logging.getLogger("edge_runtime.serve")
 
 INLINE_MAX_MS = 1.0      # a request whose items take at most this (measured) runs on the loop
-INLINE_DEMOTE_MS = 5.0   # the INLINE_SLOW_CALLS-th inline call slower than this moves its model to the pool
-INLINE_SLOW_CALLS = 3
+INLINE_DEMOTE_MS = 5.0   # a call slower than this is slow (per item on the pool)
+INLINE_SLOW_CALLS = 3    # this many slow inline calls ...
+INLINE_WINDOW = 1000     # ... within this many inline calls move the model to the pool
 INLINE_STALL_MS = 50.0   # one inline call slower than this moves its model to the pool at once
+PROMOTE_CALLS = 1000     # pool calls in a row, none slow, that bring a demoted model back (x2 per demotion)
+MAX_DEMOTIONS = 3        # the one that stays: the model keeps the pool for good
 _SAMPLES = 7
 
 
@@ -56,16 +68,21 @@ def measure_call_ms(rt) -> float | None:
 
 
 class Inline:
-    """One model's inline state: its measured call time and whether it is still inline."""
+    """One model's inline state: its measured call time, whether it is inline now, and its
+    demotions (``observe`` sees each inline call, ``observe_pooled`` a demoted model's pool calls)."""
 
-    __slots__ = ("call_ms", "on", "calls", "slow", "demoted")
+    __slots__ = ("call_ms", "on", "calls", "slow", "demoted", "demotions", "promotions", "streak", "_recent")
 
     def __init__(self, call_ms: float | None):
         self.call_ms = call_ms
         self.on = call_ms is not None and call_ms <= INLINE_MAX_MS
         self.calls = 0
-        self.slow = 0                 # inline calls over INLINE_DEMOTE_MS
-        self.demoted: str | None = None
+        self.slow = 0                 # inline calls over INLINE_DEMOTE_MS, all told
+        self.demoted: str | None = None     # why it left the loop, while it is off it
+        self.demotions = 0
+        self.promotions = 0
+        self.streak = 0               # pool calls in a row, none slow, since the last demotion
+        self._recent: deque[int] = deque(maxlen=INLINE_SLOW_CALLS)    # call numbers of the latest slow calls
 
     def admits(self, items: int) -> bool:
         return self.on and self.call_ms is not None and items * self.call_ms <= INLINE_MAX_MS
@@ -75,8 +92,38 @@ class Inline:
         if ms <= INLINE_DEMOTE_MS or not self.on:
             return
         self.slow += 1
-        if ms > INLINE_STALL_MS or self.slow >= INLINE_SLOW_CALLS:
-            self.on = False
-            self.demoted = (f"an inline call took {ms:.1f} ms" + (f" (> {INLINE_STALL_MS:g} ms)" if ms > INLINE_STALL_MS
-                            else f", the {self.slow}th over {INLINE_DEMOTE_MS:g} ms"))
-            log.warning("serve: model %s leaves the event loop for the thread pool: %s", name, self.demoted)
+        self._recent.append(self.calls)
+        clustered = len(self._recent) == INLINE_SLOW_CALLS and self.calls - self._recent[0] < INLINE_WINDOW
+        if ms > INLINE_STALL_MS or clustered:
+            self._demote(f"an inline call took {ms:.1f} ms" + (f" (> {INLINE_STALL_MS:g} ms)" if ms > INLINE_STALL_MS
+                         else f", the last of {INLINE_SLOW_CALLS} over {INLINE_DEMOTE_MS:g} ms within "
+                              f"{self.calls - self._recent[0] + 1} inline calls"), name)
+
+    def _demote(self, why: str, name: str) -> None:
+        self.on = False
+        self.demotions += 1
+        self.streak = 0
+        self._recent.clear()
+        self.demoted = why
+        after = ("for good" if self.demotions >= MAX_DEMOTIONS else
+                 f"until {self.promote_after()} calls in a row there are none over {INLINE_DEMOTE_MS:g} ms")
+        log.warning("serve: model %s leaves the event loop for the thread pool (%s): %s", name, after, why)
+
+    def promote_after(self) -> int:
+        """Pool calls in a row, none slow, that bring the model back to the loop now."""
+        return PROMOTE_CALLS * 2 ** max(0, self.demotions - 1)
+
+    def observe_pooled(self, ms_per_item: float, name: str) -> None:
+        """A pool call of a model that left the loop (its wall time per item): enough fast ones
+        in a row bring it back, one slow one starts the count again."""
+        if self.on or self.demotions == 0 or self.demotions >= MAX_DEMOTIONS:
+            return
+        if ms_per_item > INLINE_DEMOTE_MS:
+            self.streak = 0
+            return
+        self.streak += 1
+        if self.streak >= self.promote_after():
+            log.warning("serve: model %s is back on the event loop: %d pool calls in a row, none over %g ms "
+                        "(demotion %d of %d)", name, self.streak, INLINE_DEMOTE_MS, self.demotions, MAX_DEMOTIONS)
+            self.on, self.streak, self.demoted = True, 0, None
+            self.promotions += 1

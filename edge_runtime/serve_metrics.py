@@ -33,10 +33,13 @@ def metrics_text(core) -> str:
            [({}, core._received_bytes)])
     inline = [m for m in core.models.values() if m.inline is not None]
     family("edge_serve_inline", "gauge", "1 while a sub-millisecond model runs on the event loop (0: on the "
-           "thread pool, from the start or since a slow inline call).",
+           "thread pool: from the start, or since slow inline calls until fast pool calls bring it back).",
            [({"model": m.name, "version": m.version}, int(m.inline.on)) for m in inline])
     family("edge_serve_inline_calls_total", "counter", "Model calls run on the event loop.",
            [({"model": m.name, "version": m.version}, m.inline.calls) for m in inline])
+    family("edge_serve_inline_demotions_total", "counter", "Times a model left the event loop for the thread "
+           "pool (slow inline calls); a long run of fast pool calls brings it back, up to the last demotion.",
+           [({"model": m.name, "version": m.version}, m.inline.demotions) for m in inline])
     family("edge_serve_ready", "gauge", "1 when every model is loaded and the server is not draining.",
            [({}, int(core.ready))])
     return "\n".join(lines) + "\n"

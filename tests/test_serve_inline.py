@@ -1,5 +1,6 @@
-"""A sub-millisecond model runs on the server's event loop (``serve_inline``), a slow inline call
-sends it to the thread pool for good, and a model measured slower never runs inline."""
+"""A sub-millisecond model runs on the server's event loop (``serve_inline``), slow inline calls
+send it to the thread pool, a long run of fast pool calls brings it back (up to the last demotion),
+and a model measured slower never runs inline."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from edge_runtime.serve_inline import INLINE_DEMOTE_MS, INLINE_MAX_MS, INLINE_SLOW_CALLS, INLINE_STALL_MS, Inline
+from edge_runtime import serve_inline
+from edge_runtime.serve_inline import (INLINE_DEMOTE_MS, INLINE_MAX_MS, INLINE_SLOW_CALLS, INLINE_STALL_MS,
+                                         INLINE_WINDOW, MAX_DEMOTIONS, PROMOTE_CALLS, Inline)
 from edge_runtime.serve_types import InferRequest, Tensor
 
 HELD_OUT = Path(__file__).resolve().parents[1] / "models" / "zoo" / "digits-cnn" / "held_out"
@@ -39,7 +42,8 @@ def _spy(m, delay_s: float = 0.0):
 
 
 @pytest.mark.parametrize("artifact", ["digits_artifact", "ov_digits_artifact"])
-def test_sub_millisecond_model_runs_on_the_loop_then_leaves_it_after_a_slow_call(artifact, request):
+def test_sub_millisecond_model_runs_on_the_loop_leaves_it_after_a_stall_and_comes_back(artifact, request,
+                                                                                       monkeypatch):
     """On ONNX Runtime, and on OpenVINO, whose batch path would otherwise batch every request:
     inline wins over dynamic batching for a sub-ms model; once demoted, the model batches again."""
     from edge_runtime.serve_core import ServeCore
@@ -80,8 +84,25 @@ def test_sub_millisecond_model_runs_on_the_loop_then_leaves_it_after_a_slow_call
         assert seen[0] == "MainThread" and seen[1].startswith("edge-serve"), seen
         assert 'edge_serve_inline{model="digits-cnn",version="1"} 0' in core.metrics_text()
         assert core._batches == (1 if m.batched else 0)             # demoted: the batch path again
+        # fast again: after promote_after() pool calls in a row, none slow, the model is back on the loop
+        m.rt.infer, m.rt.infer_batch = real
+        monkeypatch.setattr(serve_inline, "PROMOTE_CALLS", 3)
+        assert m.inline.promote_after() == 3 and m.inline.demotions == 1
+        seen, _ = _spy(m)
+        got = asyncio.run(main_n(core, img, 4, loop_thread))
+        assert [r.outputs[0].data[0].decode() for r in got] == [label] * 4
+        assert all(t.startswith("edge-serve") for t in seen[:3]) and seen[3] == loop_thread[-1], seen
+        assert m.inline.on and m.inline.demoted is None and m.inline.promotions == 1
+        text = core.metrics_text()
+        assert 'edge_serve_inline{model="digits-cnn",version="1"} 1' in text
+        assert 'edge_serve_inline_demotions_total{model="digits-cnn",version="1"} 1' in text
     finally:
         core.close()
+
+
+async def main_n(core, img: bytes, n: int, loop_thread: list):
+    loop_thread.append(threading.current_thread().name)
+    return [await core.infer(_req(img)) for _ in range(n)]
 
 
 def test_inline_off_on_request_and_for_a_slow_model(digits_artifact):
@@ -108,7 +129,55 @@ def test_inline_off_on_request_and_for_a_slow_model(digits_artifact):
         fast.observe(0.1, "m")
     assert fast.on and fast.slow == INLINE_SLOW_CALLS - 1
     fast.observe(INLINE_DEMOTE_MS + 1, "m")                         # the last slow call it takes
-    assert not fast.on and f"the {INLINE_SLOW_CALLS}th" in fast.demoted
+    assert not fast.on and f"the last of {INLINE_SLOW_CALLS} over" in fast.demoted and fast.demotions == 1
+
+
+def test_slow_calls_spread_over_hours_of_traffic_do_not_demote():
+    """The count is over the latest INLINE_WINDOW inline calls, not the process's life: pauses of a
+    busy machine, one every thousand calls, never add up to a demotion; clustered, they do."""
+    spread = Inline(0.1)
+    for _ in range(INLINE_SLOW_CALLS * 4):
+        spread.observe(INLINE_DEMOTE_MS + 1, "m")
+        for _ in range(INLINE_WINDOW // (INLINE_SLOW_CALLS - 1)):
+            spread.observe(0.1, "m")
+    assert spread.on and spread.demotions == 0 and spread.slow == INLINE_SLOW_CALLS * 4
+    close = Inline(0.1)
+    for _ in range(INLINE_SLOW_CALLS):
+        close.observe(INLINE_DEMOTE_MS + 1, "m")
+        for _ in range(INLINE_WINDOW // INLINE_SLOW_CALLS - 1):
+            close.observe(0.1, "m")
+    assert not close.on and close.demotions == 1
+
+
+def test_a_demoted_model_comes_back_after_fast_pool_calls_with_backoff_and_stays_after_the_last():
+    inl = Inline(0.1)
+    inl.observe(INLINE_STALL_MS + 1, "m")                           # a stall: off the loop at once
+    assert not inl.on and inl.demotions == 1 and inl.promote_after() == PROMOTE_CALLS
+    for _ in range(PROMOTE_CALLS - 1):
+        inl.observe_pooled(0.2, "m")
+    inl.observe_pooled(INLINE_DEMOTE_MS + 1, "m")                   # one slow pool call: the count starts again
+    assert not inl.on and inl.streak == 0
+    for _ in range(PROMOTE_CALLS - 1):
+        inl.observe_pooled(0.2, "m")
+    assert not inl.on
+    inl.observe_pooled(0.2, "m")
+    assert inl.on and inl.promotions == 1 and inl.demoted is None
+    inl.observe_pooled(0.2, "m")                                   # inline again: pool observations are ignored
+    for n in range(2, MAX_DEMOTIONS + 1):
+        inl.observe(INLINE_STALL_MS + 1, "m")
+        assert not inl.on and inl.demotions == n
+        if n < MAX_DEMOTIONS:
+            assert inl.promote_after() == PROMOTE_CALLS * 2 ** (n - 1)   # twice as many each time
+            for _ in range(inl.promote_after()):
+                inl.observe_pooled(0.2, "m")
+            assert inl.on
+    for _ in range(PROMOTE_CALLS * 2 ** MAX_DEMOTIONS):             # the last demotion is for good
+        inl.observe_pooled(0.2, "m")
+    assert not inl.on and inl.promotions == MAX_DEMOTIONS - 1
+    never = Inline(INLINE_MAX_MS * 3)                               # measured slow: never on the loop
+    for _ in range(PROMOTE_CALLS):
+        never.observe_pooled(0.2, "m")
+    assert not never.on
 
 
 class _TimedRt:
