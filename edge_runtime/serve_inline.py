@@ -9,9 +9,11 @@ goes to the pool.
 
 A stall sends the model to the pool, logged and shown in ``/metrics``: one
 inline call over ``INLINE_STALL_MS``, or ``INLINE_SLOW_CALLS`` calls over
-``INLINE_DEMOTE_MS`` within its last ``INLINE_WINDOW`` inline calls (a one-off
-pause, the collector's or the machine's, is not a stall, and neither are a few
-pauses spread over hours of traffic). A demoted model comes back to the loop
+``INLINE_DEMOTE_MS`` within its last ``INLINE_WINDOW`` inline calls. A one-off
+pause is not a stall, nor are a few spread over hours of traffic, nor a call
+during which the kernel preempted the loop's thread (its involuntary context
+switches went up: the machine was busy, and the pool would not have run the
+call any sooner; waiting on a device is a voluntary switch and still counts). A demoted model comes back to the loop
 after ``PROMOTE_CALLS`` pool calls in a row none of which was slow (twice as
 many after each further demotion); its ``MAX_DEMOTIONS``-th demotion is for
 good. The loop is thus blocked by a stalling model at most ``MAX_DEMOTIONS``
@@ -26,6 +28,7 @@ import logging
 import statistics
 import time
 from collections import deque
+from typing import Callable
 
 log = logging.getLogger("edge_runtime.serve")
 
@@ -37,6 +40,22 @@ INLINE_STALL_MS = 50.0   # one inline call slower than this moves its model to t
 PROMOTE_CALLS = 1000     # pool calls in a row, none slow, that bring a demoted model back (x2 per demotion)
 MAX_DEMOTIONS = 3        # the one that stays: the model keeps the pool for good
 _SAMPLES = 7
+
+
+def _involuntary_switches_fn() -> Callable[[], int]:
+    try:
+        import resource
+
+        who = resource.RUSAGE_THREAD            # Linux: this thread's counters
+        resource.getrusage(who)
+    except (ImportError, AttributeError, OSError, ValueError):  # elsewhere: no preemption is ever seen
+        return lambda: 0
+    return lambda: resource.getrusage(who).ru_nivcsw
+
+
+involuntary_switches = _involuntary_switches_fn()
+"""Times the kernel has preempted the calling thread (``getrusage(RUSAGE_THREAD).ru_nivcsw``,
+0.5 µs; always 0 where the platform does not count it). Read before each inline call."""
 
 
 def measure_call_ms(rt) -> float | None:
@@ -87,9 +106,10 @@ class Inline:
     def admits(self, items: int) -> bool:
         return self.on and self.call_ms is not None and items * self.call_ms <= INLINE_MAX_MS
 
-    def observe(self, ms: float, name: str) -> None:
+    def observe(self, ms: float, name: str, preempted: bool = False) -> None:
+        """An inline call took ``ms``; ``preempted``: the kernel switched its thread out meanwhile."""
         self.calls += 1
-        if ms <= INLINE_DEMOTE_MS or not self.on:
+        if ms <= INLINE_DEMOTE_MS or not self.on or (preempted and ms <= INLINE_STALL_MS):
             return
         self.slow += 1
         self._recent.append(self.calls)
