@@ -188,6 +188,24 @@ class FloorServer:
             self.proc.kill()
 
 
+def inline_state(where: str) -> dict:
+    """Whether the server ran the model on its event loop at the end of the section, and how often it
+    left it (``/metrics``): a demotion mid-bench adds the pool hand-off to every later request."""
+    import http.client
+
+    host, port = where.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    out = {}
+    for line in text.splitlines():
+        for name in ("edge_serve_inline", "edge_serve_inline_demotions_total"):
+            if line.startswith(name + "{"):
+                out[name.replace("edge_serve_", "server_")] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def http_throughput(client, model: str, inputs, n: int, concurrency: int) -> float:
     window: collections.deque = collections.deque()
     t0, sent = time.perf_counter(), 0
@@ -256,7 +274,7 @@ def main():
                     if floor is not None:
                         floor.stop()
                 out[key].update(cold_start_to_ready_s=round(cold, 3), ready_line=srv.ready_line,
-                                device=rt.device, target=rt.variant.target)
+                                device=rt.device, target=rt.variant.target, **inline_state(srv.http))
             if key == "minilm":        # the seed's headline service: one sentence at a time through the server
                 lat = timed_each(client, model, [bytes_input([t.encode()]) for t in sst2(args.sentiment)])
                 out["sentiment"] = {"sentences": len(lat), "p50_ms": round(p(lat, 50), 3),

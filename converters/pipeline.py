@@ -21,7 +21,7 @@ from pathlib import Path
 
 from edge_runtime.artifact import ArtifactWriter
 from edge_runtime.devices import registry
-from edge_runtime.errors import ArtifactError, EdgeRuntimeError, InputError, ParityError
+from edge_runtime.errors import ArtifactError, InputError, ParityError
 from edge_runtime.hardware import detect_cached
 from edge_runtime.host import host_record
 from edge_runtime.manifest import FORMAT, FORMAT_VERSION
@@ -129,31 +129,42 @@ def _manifest(req: ConvertRequest, source_record: dict, pre: dict, post: dict, v
 
 
 def write_probe(job: Job, ref: Reference, progress) -> dict | None:
-    """The probe set (``edge_runtime.probe``): the first held-out samples that prepare, with the
-    fp32 source's results for them, written into the artifact; its manifest section."""
+    """The probe set (``edge_runtime.probe``): held-out samples covering every bucket
+    (``probe_select``), with the fp32 source's results for them, written into the artifact;
+    its manifest section."""
     from edge_runtime import probe
     from edge_runtime.limits import DEFAULT_LIMITS
+
+    from .probe_select import pick
 
     want = job.req.probe_samples
     if want <= 0:
         return None
-    raws: list = []
-    results: list = []
-    for raw in ref.held:
-        if len(raws) >= want:
-            break
-        try:
-            prepared = ref.task.prepare(raw, DEFAULT_LIMITS)
-        except EdgeRuntimeError:
-            continue          # not a parity sample either (parity.measure skips it the same way)
-        raws.append(raw)
+    picked = pick(ref.task, list(ref.held), want, DEFAULT_LIMITS)
+    results = []
+    for raw in picked.raws:
+        prepared = ref.task.prepare(raw, DEFAULT_LIMITS)
         results.append(ref.task.finish(ref.sessions[prepared.bucket].run(prepared.feeds), prepared))
-    inputs, reference, section = probe.build(raws, results, count=want, max_bytes=job.req.probe_max_bytes,
-                                             source=f"the first held-out parity samples ({ref.data})")
+    inputs, reference, section = probe.build(picked.raws, results, count=want, max_bytes=job.req.probe_max_bytes,
+                                             source=f"held-out parity samples ({ref.data}), at least "
+                                                    f"{min(want // max(len(ref.task.buckets), 1), 4)} per bucket "
+                                                    f"where they reach it, then in held-out order")
+    names = [b["name"] for b in ref.task.buckets]
+    kept = picked.buckets[:section["samples"]]          # the byte cap may have cut the list short
+    section["buckets"] = {n: kept.count(i) for i, n in enumerate(names)}
+    if picked.composed:
+        section["joined"] = {names[b]: n for b, n in picked.composed.items()}
+    unreached = [n for n, k in section["buckets"].items() if k == 0]
+    if unreached:
+        section["unreached_buckets"] = unreached
     job.writer.add_file(probe.INPUTS, data=inputs)
     job.writer.add_file(probe.REFERENCE, data=reference)
-    progress(f"probe set: {section['samples']} held-out samples with their fp32 results "
-             f"({section['bytes']} bytes, cap {section['max_bytes']})")
+    progress(f"probe set: {section['samples']} held-out samples with their fp32 results, per bucket "
+             + ", ".join(f"{n} {k}" for n, k in section["buckets"].items())
+             + (f" ({', '.join(f'{n}: {k} joined from consecutive held-out samples' for n, k in section['joined'].items())})"
+                if "joined" in section else "")
+             + (f"; no probe reaches {', '.join(unreached)}" if unreached else "")
+             + f" ({section['bytes']} bytes, cap {section['max_bytes']})")
     return section
 
 

@@ -233,4 +233,6 @@ def tune_row_text(r: dict) -> str:
            f"{'pass' if r.get('passed') is not False else 'UNDER'})" if r.get("value") is not None else "parity ?")
     lat = f"{r['latency_ms_median']:.2f} ms/call" if r.get("latency_ms_median") is not None else ""
     thr = f", {r['batch_items_per_s']:.1f} items/s batched" if r.get("batch_items_per_s") else ""
-    return f"{head} {par}  {lat}{thr}"
+    missed = r.get("unverified_buckets")
+    gap = f"; no probe reached bucket {', '.join(missed)}: not verified" if missed else ""
+    return f"{head} {par}  {lat}{thr}{gap}"

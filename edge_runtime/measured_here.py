@@ -50,4 +50,6 @@ def isa_note(manifest, hardware, device: str) -> dict:
 
 
 def _verified_text(v: dict) -> str:
-    return f"{v.get('metric')} {v.get('value')} against budget {v.get('budget')} on {v.get('created')}"
+    missed = v.get("unverified_buckets")
+    return (f"{v.get('metric')} {v.get('value')} against budget {v.get('budget')} on {v.get('created')}"
+            + (f" (no probe reached bucket {', '.join(missed)}: not verified)" if missed else ""))

@@ -215,6 +215,7 @@ def remember_verify(seal: str | None, hw, row: dict) -> None:
     entry["paths"][row["device"]] = {"target": row["target"], "backend": row["backend"], "metric": row.get("metric"),
                                      "value": row.get("value"), "budget": row.get("budget"),
                                      "passed": row.get("passed"),
+                                     "unverified_buckets": row.get("unverified_buckets") or [],
                                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         store(seal, hw, {"paths": entry["paths"]}, kind="verify")

@@ -32,7 +32,8 @@ def verify_runtime(rt, probe: ProbeSet | None = None, *, rounds: int = 1) -> dic
     """Parity and latency of ``rt`` on the probe set: ``metric``, ``value`` (and the
     compare's other figures), ``recorded``, ``budget``, ``passed``, ``samples``,
     ``latency_ms_median``, ``first_ms`` (the first call: at load it is the one that warms the
-    pre/post-processing path), ``ms`` (the whole verify)."""
+    pre/post-processing path), ``buckets`` (probes per bucket), ``unverified_buckets`` (the
+    buckets no probe reached: their models did not run), ``ms`` (the whole verify)."""
     t0 = time.perf_counter()
     probe = probe if probe is not None else read(rt.artifact)
     results: list[Any] = []
@@ -45,6 +46,9 @@ def verify_runtime(rt, probe: ProbeSet | None = None, *, rounds: int = 1) -> dic
             if r == 0:
                 results.append(res)
     figures = rt.task.compare(probe.reference, results)
+    names = [b.name for b in rt.variant.buckets]
+    reached = [getattr(r, "bucket", None) for r in results]
+    per_bucket = {n: reached.count(n) for n in names}
     parity = rt.variant.parity
     budget = parity.get("budget")
     value = figures.get("value")
@@ -54,6 +58,8 @@ def verify_runtime(rt, probe: ProbeSet | None = None, *, rounds: int = 1) -> dic
            "latency_ms_median": round(float(np.median(lat)), 3), "first_ms": round(lat[0], 3) if lat else None,
            "latency_ms_p90": round(float(np.percentile(lat, 90)), 3),
            "here": host.int8_class(rt.hardware, rt.device),
+           # each bucket is its own compiled model: one no probe reached was not checked here
+           "buckets": per_bucket, "unverified_buckets": [n for n, k in per_bucket.items() if k == 0],
            "ms": round((time.perf_counter() - t0) * 1000, 1)}
     if budget is None:
         row["passed"] = None      # nothing to hold it to (an imported artifact records no budget)

@@ -145,6 +145,11 @@ class Task:
         the runtime refuses such an output (``non_finite_output``) before ``finish`` sees it."""
         return False
 
+    def joined_sample(self, a, b):
+        """One raw input made of the samples ``a`` and ``b`` (longer than either), so the probe set
+        can reach a bucket no single held-out sample does; None where the task cannot join inputs."""
+        return None
+
     def bucket_samples(self, limits) -> list:
         """One raw input per bucket that ``prepare`` routes to that bucket (None where there is
         none): what the benchmark times each bucket with. Default: the warm-up sample each."""

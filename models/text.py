@@ -91,6 +91,10 @@ class TextTask(Task):
     def warmup_sample(self):
         return "warm up the tokenizer"
 
+    def joined_sample(self, a, b):
+        """Two texts as one, a space between (a two-sentence review is still a review)."""
+        return f"{a} {b}" if isinstance(a, str) and isinstance(b, str) else None
+
     def bucket_samples(self, limits) -> list:
         """Per bucket the longest "hello hello ..." that goes to it untruncated (None: none does)."""
         out = []

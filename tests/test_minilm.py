@@ -70,7 +70,13 @@ def test_classifier_parity_and_sst2_accuracy(minilm_classifier_artifact, minilm_
     par = man["variants"][0]["parity"]
     assert par["metric"] == "top1_agreement" and par["budget"] == 0.99      # the default budget
     assert par["value"] >= 0.99 and par["passed"] and par["samples"] == 872
-    with er.load(minilm_classifier_artifact) as rt:
+    # no SST-2 sentence reaches the 128-token bucket: the probe set joins consecutive ones to cover it
+    probe = man["probe"]
+    assert probe["samples"] == 32 and probe["buckets"] == {"seq64": 28, "seq128": 4}, probe
+    assert probe["joined"] == {"seq128": 4} and "unreached_buckets" not in probe
+    with er.load(minilm_classifier_artifact, verify=True) as rt:
+        assert rt.info()["verified_here"]["buckets"] == {"seq64": 28, "seq128": 4}
+        assert rt.info()["verified_here"]["unverified_buckets"] == []
         rep = evaluate(rt, sst)
     assert rep["samples"] == 872 and not rep["errors"]
     fp32 = _fp32_accuracy(minilm_sources, sst)
