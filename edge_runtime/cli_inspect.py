@@ -86,7 +86,7 @@ def inspect(artifact, as_json):
                           **({"edgetpu_report": v["edgetpu_report"]} if v.get("edgetpu_report") else {})}
                          for v in man["variants"]],
             "labels": labels, "preprocess": man["preprocess"], "postprocess": man["postprocess"],
-            "limits": man["limits"]}
+            "limits": man["limits"], "probe": man.get("probe")}
 
     def human(d):
         m = d["model"]
@@ -104,5 +104,23 @@ def inspect(artifact, as_json):
                 click.echo(f"    {bucket} inputs: {', '.join(_tensor_text(t) for t in ins)}")
             for line in _edgetpu_lines(v["edgetpu_report"]) if v.get("edgetpu_report") else ():
                 click.echo(f"    {line}")
+        click.echo(f"  {_probe_text(d['probe'])}")
 
     emit(data, as_json, human)
+
+
+def _probe_text(probe: dict | None) -> str:
+    """The probe set in a line: its size, probes per bucket, joined ones, buckets it cannot verify."""
+    if not probe:
+        return "probe set: none (edge-infer verify cannot check this artifact here; re-convert it)"
+    per = probe.get("buckets")
+    joined = probe.get("joined") or {}
+    text = f"probe set: {probe['samples']} samples, {probe.get('bytes', '?')} bytes"
+    if per:
+        text += "; per bucket " + ", ".join(f"{n} {k}" + (f" ({joined[n]} joined)" if n in joined else "")
+                                            for n, k in per.items())
+    else:
+        text += " (built before per-bucket coverage: verify says which buckets it reached)"
+    if probe.get("unreached_buckets"):
+        text += f"; no probe reaches {', '.join(probe['unreached_buckets'])}"
+    return text

@@ -36,8 +36,10 @@ def test_inspect(digits_artifact):
     d = json.loads(cli("inspect", digits_artifact, "--json", check=0).stdout)
     assert d["verified"] and d["variants"][0]["target"] == "onnx-int8"
     assert d["variants"][0]["quantization"]["weights"] == "int8"
+    assert d["probe"]["samples"] == 32 and d["probe"]["buckets"] == {d["variants"][0]["buckets"][0]: 32}
     human = cli("inspect", digits_artifact, check=0).stdout
     assert "all sha256 verified" in human
+    assert f"probe set: 32 samples, {d['probe']['bytes']} bytes; per bucket {d['variants'][0]['buckets'][0]} 32" in human
 
 
 @pytest.mark.parametrize("args,code,needle", [

@@ -78,6 +78,8 @@ def test_verify_names_a_bucket_no_probe_reached(make_artifact):
     assert sum(row["buckets"].values()) == 8
     text = CliRunner().invoke(main, ["verify", str(art)])
     assert f"no probe reached bucket {longest}: not verified" in text.output
+    shown = CliRunner().invoke(main, ["inspect", str(art)]).output       # a probe section of before the coverage
+    assert "probe set: 8 samples" in shown and "built before per-bucket coverage" in shown
     with er.load(art, verify=True) as rt:
         info = rt.info()
     assert info["verified_here"]["unverified_buckets"] == [longest]
