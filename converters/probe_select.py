@@ -5,7 +5,8 @@ that never reaches one (all SST-2 sentences fit the 64-token bucket, and the
 128-token one was never run by ``verify``) leaves that model unchecked while
 ``verify`` says "pass". The probe set therefore takes, from the held-out
 samples in their order, at least ``min(PER_BUCKET, count // buckets)`` routed
-to each bucket, then fills up in held-out order. A bucket no single held-out
+to each bucket (these first in the file, so the byte cap cuts the rest first),
+then fills up in held-out order. A bucket no single held-out
 sample reaches gets samples the task joins from consecutive held-out ones
 (``Task.joined_sample``: texts joined with a space, a longer review), as long
 as joining reaches it; a bucket still unreached is named in the manifest, and
@@ -42,17 +43,17 @@ def pick(task, held: list, count: int, limits) -> Picked:
         if bucket is not None:
             routed.append((i, raw, bucket))
             per[bucket] += 1
-    chosen: list[tuple[float, object, int, bool]] = []      # (order, raw, bucket, joined)
+    chosen: list[tuple[int, object, int, bool, bool]] = []     # (order, raw, bucket, joined, in a floor)
     taken: set[int] = set()
     for b in range(n_buckets):                        # the floor of each bucket first
         for i, raw, bucket in [r for r in routed if r[2] == b][:quota]:
-            chosen.append((i, raw, bucket, False))
+            chosen.append((i, raw, bucket, False, True))
             taken.add(i)
     for i, raw, bucket in routed:                     # then held-out order
         if len(chosen) >= count:
             break
         if i not in taken:
-            chosen.append((i, raw, bucket, False))
+            chosen.append((i, raw, bucket, False, False))
             taken.add(i)
     composed: dict[int, int] = {}
     reached = {c[2] for c in chosen}
@@ -62,9 +63,9 @@ def pick(task, held: list, count: int, limits) -> Picked:
         made = _joined(task, [r for _, r, _ in routed], b, quota, limits)
         if made:
             composed[b] = len(made)
-            chosen.extend((len(held) * (1 + b) + k, raw, b, True) for k, raw in enumerate(made))
+            chosen.extend((len(held) * (1 + b) + k, raw, b, True, True) for k, raw in enumerate(made))
     chosen = _trim(chosen, count, quota)
-    chosen.sort(key=lambda c: c[0])
+    chosen.sort(key=lambda c: (not c[4], c[0]))      # the floors first: a byte cap cuts the filling first
     return Picked([c[1] for c in chosen], [c[2] for c in chosen], composed)
 
 
