@@ -46,7 +46,7 @@ from . import error_codes as ec
 from .errors import (ArtifactError, DeviceError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout,
                      InputError)
 from .serve_batch import DynamicBatching
-from .serve_inline import INLINE_DEMOTE_MS, Inline, involuntary_switches, measure_call_ms
+from .serve_inline import INLINE_DEMOTE_MS, Inline, machine_paused, measure_call_ms, thread_usage
 from .serve_model import _Model, _has_probe_set, _metadata
 from .serve_model import artifacts_in as artifacts_in          # re-exported: its old import path
 from .serve_tensors import bad, request_items, response_outputs
@@ -303,13 +303,13 @@ class ServeCore(DynamicBatching):
         if remaining_ms <= 0:
             raise InferenceTimeout("the request's deadline passed while it was queued", code=ec.INFERENCE_TIMEOUT)
         if m.inline is not None and m.inline.admits(len(items)):
-            switches = involuntary_switches()
+            usage = thread_usage()
             t = time.perf_counter()
             try:
                 return _infer_items(m.rt, items, remaining_ms, options)
             finally:
                 ms = (time.perf_counter() - t) * 1000
-                m.inline.observe(ms, m.name, ms > INLINE_DEMOTE_MS and involuntary_switches() != switches)
+                m.inline.observe(ms, m.name, ms > INLINE_DEMOTE_MS and machine_paused(usage))
         loop = asyncio.get_running_loop()
         t = time.perf_counter()
         fut = loop.run_in_executor(self._pool, _infer_items, m.rt, items, remaining_ms, options)

@@ -11,9 +11,10 @@ A stall sends the model to the pool, logged and shown in ``/metrics``: one
 inline call over ``INLINE_STALL_MS``, or ``INLINE_SLOW_CALLS`` calls over
 ``INLINE_DEMOTE_MS`` within its last ``INLINE_WINDOW`` inline calls. A one-off
 pause is not a stall, nor are a few spread over hours of traffic, nor a call
-during which the kernel preempted the loop's thread (its involuntary context
-switches went up: the machine was busy, and the pool would not have run the
-call any sooner; waiting on a device is a voluntary switch and still counts). A demoted model comes back to the loop
+during which the kernel preempted the loop's thread while the call itself used
+little CPU (``machine_paused``: the machine was busy, and the pool would not
+have run the call any sooner; a CPU-bound slow call, or a wait on a device,
+still counts). A demoted model comes back to the loop
 after ``PROMOTE_CALLS`` pool calls in a row none of which was slow (twice as
 many after each further demotion); its ``MAX_DEMOTIONS``-th demotion is for
 good. The loop is thus blocked by a stalling model at most ``MAX_DEMOTIONS``
@@ -28,7 +29,7 @@ import logging
 import statistics
 import time
 from collections import deque
-from typing import Callable
+from typing import Any, Callable
 
 log = logging.getLogger("edge_runtime.serve")
 
@@ -42,20 +43,38 @@ MAX_DEMOTIONS = 3        # the one that stays: the model keeps the pool for good
 _SAMPLES = 7
 
 
-def _involuntary_switches_fn() -> Callable[[], int]:
+def _thread_usage_fn() -> Callable[[], Any]:
     try:
         import resource
 
         who = resource.RUSAGE_THREAD            # Linux: this thread's counters
         resource.getrusage(who)
     except (ImportError, AttributeError, OSError, ValueError):  # elsewhere: no preemption is ever seen
-        return lambda: 0
-    return lambda: resource.getrusage(who).ru_nivcsw
+        return lambda: None
+    return lambda: resource.getrusage(who)
 
 
-involuntary_switches = _involuntary_switches_fn()
-"""Times the kernel has preempted the calling thread (``getrusage(RUSAGE_THREAD).ru_nivcsw``,
-0.5 µs; always 0 where the platform does not count it). Read before each inline call."""
+thread_usage = _thread_usage_fn()
+"""The calling thread's ``getrusage(RUSAGE_THREAD)`` (0.5 µs), or None where the platform has no
+per-thread counters. Read before each inline call, for ``machine_paused``."""
+
+
+def involuntary_switches() -> int:
+    """Times the kernel has preempted the calling thread (0 where it is not counted)."""
+    u = thread_usage()
+    return 0 if u is None else u.ru_nivcsw
+
+
+def machine_paused(before) -> bool:
+    """Whether a slow call since ``before`` (``thread_usage()``) was the machine's doing: the kernel
+    preempted the thread (its involuntary context switches went up) and the call itself used at most
+    ``INLINE_DEMOTE_MS`` of CPU. A CPU-bound slow call, or one that waited on a device or a lock
+    (voluntary switches), is the model's."""
+    after = thread_usage()
+    if before is None or after is None or after.ru_nivcsw == before.ru_nivcsw:
+        return False
+    cpu_ms = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000
+    return cpu_ms <= INLINE_DEMOTE_MS
 
 
 def measure_call_ms(rt) -> float | None:
@@ -106,10 +125,10 @@ class Inline:
     def admits(self, items: int) -> bool:
         return self.on and self.call_ms is not None and items * self.call_ms <= INLINE_MAX_MS
 
-    def observe(self, ms: float, name: str, preempted: bool = False) -> None:
-        """An inline call took ``ms``; ``preempted``: the kernel switched its thread out meanwhile."""
+    def observe(self, ms: float, name: str, paused: bool = False) -> None:
+        """An inline call took ``ms``; ``paused``: the machine's doing, not the model's (``machine_paused``)."""
         self.calls += 1
-        if ms <= INLINE_DEMOTE_MS or not self.on or (preempted and ms <= INLINE_STALL_MS):
+        if ms <= INLINE_DEMOTE_MS or not self.on or (paused and ms <= INLINE_STALL_MS):
             return
         self.slow += 1
         self._recent.append(self.calls)

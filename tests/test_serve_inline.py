@@ -226,23 +226,43 @@ def test_a_slow_call_while_the_kernel_preempted_the_loop_is_not_the_model_s():
     do not count (the pool would not have run them sooner); a stall still demotes."""
     inl = Inline(0.1)
     for _ in range(INLINE_SLOW_CALLS * 2):
-        inl.observe(INLINE_DEMOTE_MS + 1, "m", preempted=True)
+        inl.observe(INLINE_DEMOTE_MS + 1, "m", paused=True)
     assert inl.on and inl.slow == 0
-    inl.observe(INLINE_STALL_MS + 1, "m", preempted=True)
+    inl.observe(INLINE_STALL_MS + 1, "m", paused=True)
     assert not inl.on and inl.demotions == 1
+
+
+def _usage(nivcsw: int, cpu_s: float):
+    return type("U", (), {"ru_nivcsw": nivcsw, "ru_utime": cpu_s, "ru_stime": 0.0})()
+
+
+def test_a_pause_is_the_machine_s_only_when_preempted_and_the_call_used_little_cpu(monkeypatch):
+    from edge_runtime import serve_inline as si
+
+    after = {"u": None}
+    monkeypatch.setattr(si, "thread_usage", lambda: after["u"])
+    before = _usage(10, 1.0)
+    after["u"] = _usage(11, 1.0 + (INLINE_DEMOTE_MS - 1) / 1000)      # preempted, little CPU: the machine
+    assert si.machine_paused(before)
+    after["u"] = _usage(11, 1.0 + (INLINE_DEMOTE_MS + 1) / 1000)      # preempted but CPU-bound: the model
+    assert not si.machine_paused(before)
+    after["u"] = _usage(10, 1.0)                                      # never preempted (a device wait): the model
+    assert not si.machine_paused(before)
+    assert not si.machine_paused(None)                                # no counters on this platform: the model
 
 
 def test_involuntary_switches_count_a_preemption_of_this_thread():
     """The real counter (Linux ``ru_nivcsw``): this thread spins on one CPU beside a process spinning
-    on the same CPU, so the kernel must preempt it; sleeping (a voluntary switch) does not count."""
+    on the same CPU, so the kernel must preempt it; sleeping (a voluntary switch) does not count.
+    The spin is CPU-bound, so it is the model's slowness, not the machine's pause."""
     import os
     import subprocess
     import sys
 
-    from edge_runtime.serve_inline import involuntary_switches
+    from edge_runtime.serve_inline import involuntary_switches, machine_paused, thread_usage
 
-    if not hasattr(os, "sched_setaffinity"):
-        pytest.skip("no CPU affinity on this platform")
+    if not hasattr(os, "sched_setaffinity") or thread_usage() is None:
+        pytest.skip("no per-thread counters or CPU affinity on this platform")
     before_mask = os.sched_getaffinity(0)
     cpu = min(before_mask)
     a = involuntary_switches()
@@ -254,10 +274,12 @@ def test_involuntary_switches_count_a_preemption_of_this_thread():
         os.sched_setaffinity(0, {cpu})                             # this thread only (pid 0)
         time.sleep(0.2)                                            # the spinner is on the CPU by now
         a = involuntary_switches()
+        usage = thread_usage()
         t = time.perf_counter()
         while time.perf_counter() - t < 0.3:
             pass
         assert involuntary_switches() - a > 0
+        assert not machine_paused(usage)                           # ~150 ms of its own CPU: the model's
     finally:
         os.sched_setaffinity(0, before_mask)
         spinner.kill()
@@ -275,11 +297,10 @@ def test_the_core_ignores_slow_inline_calls_of_a_preempted_loop(digits_artifact,
         (m,) = core.models.values()
         assert m.inline is not None and m.inline.on
         _spy(m, delay_s=(INLINE_DEMOTE_MS + 1) / 1000)
-        ticks = iter(range(10**6))
-        monkeypatch.setattr(serve_core, "involuntary_switches", lambda: next(ticks))   # preempted every call
+        monkeypatch.setattr(serve_core, "machine_paused", lambda before: True)    # preempted, little CPU
         asyncio.run(main_n(core, img, INLINE_SLOW_CALLS, []))
         assert m.inline.on and m.inline.slow == 0
-        monkeypatch.setattr(serve_core, "involuntary_switches", lambda: 7)            # never preempted
+        monkeypatch.setattr(serve_core, "machine_paused", lambda before: False)   # the model's own slowness
         asyncio.run(main_n(core, img, INLINE_SLOW_CALLS, []))
         assert not m.inline.on and m.inline.slow == INLINE_SLOW_CALLS and m.inline.demotions == 1
     finally:
