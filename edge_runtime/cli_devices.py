@@ -229,8 +229,12 @@ def tune_row_text(r: dict) -> str:
     if r.get("error"):
         code = r["error"] if isinstance(r["error"], str) else r["error"].get("code")
         return f"{head} failed [{code}]"
-    par = (f"{r.get('metric')} {r['value']:.4f} (budget {r.get('budget')}, "
-           f"{'pass' if r.get('passed') is not False else 'UNDER'})" if r.get("value") is not None else "parity ?")
+    verdict = "pass" if r.get("passed") is not False else "UNDER"
+    if r.get("p_value") is not None:     # a share of a few probes: judged by its sampling error
+        verdict += (f": {r['disagreements']} of {r['samples']} disagree, p={r['p_value']:.3f} at the budget"
+                    + (" (within sampling error)" if r.get("passed") else ""))
+    par = (f"{r.get('metric')} {r['value']:.4f} (budget {r.get('budget')}, {verdict})"
+           if r.get("value") is not None else "parity ?")
     lat = f"{r['latency_ms_median']:.2f} ms/call" if r.get("latency_ms_median") is not None else ""
     thr = f", {r['batch_items_per_s']:.1f} items/s batched" if r.get("batch_items_per_s") else ""
     missed = r.get("unverified_buckets")

@@ -404,3 +404,30 @@ def test_tune_a_real_two_variant_artifact(ov_digits_artifact):
     assert all(r["batch_items_per_s"] > 0 for r in ok)
     with er.load(ov_digits_artifact) as rt:
         assert rt.choice.decided_by == "measurement" and rt.variant.target == best["target"]
+
+
+def test_a_few_probe_disagreements_are_judged_by_their_sampling_error():
+    """32 probes cannot tell 0.97 from 0.99 top-1 agreement: a path exactly at a 0.99 budget shows one
+    or more disagreements 27% of the time, so one of 32 holds and two (p = 0.041) do not. A mean
+    (cosine) has no such allowance; nor does a share that reaches its budget need one."""
+    from edge_runtime.cli_devices import tune_row_text
+    from edge_runtime.verify import holds, refuse
+
+    def fig(agree, n=32, metric="top1_agreement"):
+        return {"metric": metric, "value": agree / n, "samples": n}
+
+    f = fig(32)
+    assert holds(f, 0.99) and "p_value" not in f
+    one = fig(31)
+    assert holds(one, 0.99) and one["disagreements"] == 1 and one["p_value"] == pytest.approx(0.275, abs=1e-3)
+    two = fig(30)
+    assert not holds(two, 0.99) and two["disagreements"] == 2 and two["p_value"] == pytest.approx(0.0407, abs=1e-4)
+    assert not holds(fig(31, metric="cosine_mean"), 0.99)
+    assert not holds({"metric": "top1_agreement", "value": None, "samples": 0}, 0.99)
+    assert holds(fig(800, n=872), 0.99) is False                   # many samples: 72 disagreements is under
+    row = {"target": "openvino", "backend": "openvino", "device": "openvino:cpu", "budget": 0.99, "recorded": 0.9966,
+           **one, "passed": True, "latency_ms_median": 5.0}
+    assert "(budget 0.99, pass: 1 of 32 disagree, p=0.275 at the budget (within sampling error))" in tune_row_text(row)
+    row2 = {**row, **two, "passed": False}
+    assert "UNDER: 2 of 32 disagree, p=0.041 at the budget" in tune_row_text(row2)
+    assert "(2 of 32 probes disagree: p=0.041 for a path at the budget)" in refuse(row2).message
