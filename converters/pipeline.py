@@ -135,7 +135,7 @@ def write_probe(job: Job, ref: Reference, progress) -> dict | None:
     from edge_runtime import probe
     from edge_runtime.limits import DEFAULT_LIMITS
 
-    from .probe_select import pick
+    from .probe_select import PER_BUCKET, pick
 
     want = job.req.probe_samples
     if want <= 0:
@@ -147,8 +147,8 @@ def write_probe(job: Job, ref: Reference, progress) -> dict | None:
         results.append(ref.task.finish(ref.sessions[prepared.bucket].run(prepared.feeds), prepared))
     inputs, reference, section = probe.build(picked.raws, results, count=want, max_bytes=job.req.probe_max_bytes,
                                              source=f"held-out parity samples ({ref.data}), at least "
-                                                    f"{min(want // max(len(ref.task.buckets), 1), 4)} per bucket "
-                                                    f"where they reach it, then in held-out order")
+                                                    f"{min(want // max(len(ref.task.buckets), 1), PER_BUCKET)} per "
+                                                    f"bucket where they reach it, then in held-out order")
     names = [b["name"] for b in ref.task.buckets]
     kept = picked.buckets[:section["samples"]]          # the byte cap may have cut the list short
     section["buckets"] = {n: kept.count(i) for i, n in enumerate(names)}
