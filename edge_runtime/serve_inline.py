@@ -59,12 +59,6 @@ thread_usage = _thread_usage_fn()
 per-thread counters. Read before each inline call, for ``machine_paused``."""
 
 
-def involuntary_switches() -> int:
-    """Times the kernel has preempted the calling thread (0 where it is not counted)."""
-    u = thread_usage()
-    return 0 if u is None else u.ru_nivcsw
-
-
 def machine_paused(before) -> bool:
     """Whether a slow call since ``before`` (``thread_usage()``) was the machine's doing: the kernel
     preempted the thread (its involuntary context switches went up) and the call itself used at most
