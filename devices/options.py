@@ -5,7 +5,6 @@ declarations) and the declarations backends share (``threads_option``, ``cache_o
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -140,6 +139,8 @@ def resolve_options(declarations: Iterable[Option], options: Mapping | DeviceOpt
     unknown = sorted(k for k in raw if k not in declared)
     if unknown:
         valid = ", ".join(sorted(declared)) or "none"
+        import difflib      # only for an unknown option's suggestion
+
         close = difflib.get_close_matches(str(unknown[0]), list(declared), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InputError(f"unknown device option{'s' if len(unknown) > 1 else ''} "

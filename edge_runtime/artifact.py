@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -258,6 +257,8 @@ class ArtifactWriter:
             dst.write_bytes(data)
         elif src is not None:
             if Path(src).resolve() != dst.resolve():
+                import shutil      # here: not on load()'s path (bz2/lzma, ~3 ms of start)
+
                 shutil.copyfile(src, dst)
         elif not dst.is_file():
             raise FileNotFoundError(dst)
@@ -273,6 +274,8 @@ class ArtifactWriter:
         prefix = rel_dir.rstrip("/") + "/"
         for rel in [r for r in self.files if r.startswith(prefix)]:
             del self.files[rel]
+        import shutil
+
         shutil.rmtree(safe_relpath(self.root, prefix.rstrip("/")), ignore_errors=True)
 
     def write_manifest(self, data: dict) -> Path:

@@ -29,8 +29,6 @@ import numpy as np
 
 from . import host
 from .errors import EdgeRuntimeError
-from .probe import read
-from .verify import candidate_paths, same_options, verify_runtime
 
 PURPOSES = ("latency", "throughput")
 
@@ -99,7 +97,11 @@ def measured_choice(entry: dict | None, purpose: str = "latency"):
 def tune(path, *, hardware=None, rounds: int = 3, batch: bool = True, progress=lambda msg: None,
          save: bool = True, load_kw: dict | None = None) -> dict:
     """Measure every candidate here; the entry (decision per purpose and every row), cached."""
+    # imported here: every load() of device="auto" reads this module for its cache lookup, and a
+    # process that only looks up should not import the probe reader and verify (zipfile, ~5 ms)
+    from .probe import read
     from .runtime import load
+    from .verify import candidate_paths, same_options, verify_runtime
 
     t0 = time.perf_counter()
     kw = dict(load_kw or {})
