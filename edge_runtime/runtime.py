@@ -199,7 +199,26 @@ class Runtime(CallPath):
 
     # -- lifecycle ---------------------------------------------------------
     def _warm_up(self, pipeline: bool = True):
-        for sess, bucket in zip(self._sessions, self.variant.buckets):
+        """Every bucket's first call, and the whole path once (decoder/tokenizer first-use costs stay
+        out of infer()). The task's warm-up sample goes first: the bucket it ran needs no separate
+        device call (one call less at load: 5.5 ms of MobileNetV2 on LiteRT here), its time is that
+        bucket's first call. A failing sample is only a warning; every bucket then gets its device
+        call, whose failure is the ``DeviceError``."""
+        done: set[int] = set()
+        sample = self.task.warmup_sample() if pipeline else None
+        if sample is not None:
+            t0 = time.perf_counter()
+            try:
+                res = self.infer(sample)
+                ms = round((time.perf_counter() - t0) * 1000, 3)
+                done.add(self._bucket_names.index(res.bucket))
+                self.warmup_ms[res.bucket] = ms
+            except EdgeRuntimeError as exc:
+                log.warning("pre/post-processing warm-up failed: %s", exc.message)
+            self.warmup_ms["pipeline"] = round((time.perf_counter() - t0) * 1000, 3)
+        for k, (sess, bucket) in enumerate(zip(self._sessions, self.variant.buckets)):
+            if k in done:
+                continue
             feeds = {t.name: np.ones(t.shape, dtype=t.dtype) for t in bucket.inputs}
             t0 = time.perf_counter()
             try:
@@ -208,14 +227,6 @@ class Runtime(CallPath):
                 raise DeviceError(f"warm-up of bucket {bucket['name']} failed on {self.device}: {exc}",
                                   code=ec.DEVICE_WARMUP_FAILED) from exc
             self.warmup_ms[bucket.name] = round((time.perf_counter() - t0) * 1000, 3)
-        sample = self.task.warmup_sample() if pipeline else None
-        if sample is not None:  # the whole path once: decoder/tokenizer first-use costs stay out of infer()
-            t0 = time.perf_counter()
-            try:
-                self.infer(sample)
-            except EdgeRuntimeError as exc:
-                log.warning("pre/post-processing warm-up failed: %s", exc.message)
-            self.warmup_ms["pipeline"] = round((time.perf_counter() - t0) * 1000, 3)
 
     def warm_batch(self) -> dict[str, float]:
         """Get the batch path ready before a long ``infer_batch`` job (``edge-infer

@@ -34,8 +34,9 @@ def test_isolated_results_equal_in_process_results(art):
 
 
 def test_a_segfault_fails_the_call_in_flight_and_the_worker_restarts(art):
-    # the seq8 session runs twice at warm-up (bucket, pipeline): calls 1-2 are its runs 3-4, call 3 dies
-    with er.load(art, device="fake", isolate=True, device_options={"segfault_after": 4}) as rt:
+    # the seq8 session runs once at warm-up (the pipeline sample is its first call): calls 1-2 are
+    # its runs 2-3, call 3 dies
+    with er.load(art, device="fake", isolate=True, device_options={"segfault_after": 3}) as rt:
         first_pid = rt.info()["sessions"][0]["worker_pid"]
         assert rt.infer("good").prediction and rt.infer("good").prediction
         with pytest.raises(er.InferenceRuntimeError) as ei:
