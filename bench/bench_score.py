@@ -6,8 +6,9 @@ file (a child process; its own summary gives the scoring-loop throughput,
 load excluded, and the wall time including load), and (b) hand-written
 ``tokenizers`` + ``openvino.AsyncInferQueue`` (THROUGHPUT hint, the optimal
 number of requests) on the artifact's seq-128 IR with the recorded
-precision. Rounds alternate (7 by default: 3 were too few on a noisy box).
-Goal: ratio >= 0.90.
+precision. Rounds alternate (7 by default: 3 were too few on a noisy box);
+the ratio is the median of each round's paired ratio (the two sides of a round
+run back to back), the ratio of the medians is kept beside it. Goal: ratio >= 0.90.
 
 Usage: python bench/bench_score.py [--n 384] [--rounds 7] [--out bench/results/score.json]
 """
@@ -86,13 +87,18 @@ def main():
                 r_loop.append(loop)
                 r_wall.append(wall)
     raw_tp, loop_tp, wall_tp = (statistics.median(x) for x in (r_raw, r_loop, r_wall))
+    # each round's two sides ran back to back: their ratio is the figure least moved by this VM's
+    # speed drifting between minutes (a ratio of medians read 0.79 and 0.99 in two runs a minute apart)
+    paired = [loop / raw for loop, raw in zip(r_loop, r_raw)]
     from machine import machine
 
     res = {"machine": machine(), "model": "MiniLM-L6 embedding, openvino int8", "bucket": "seq128", "texts": len(texts),
            "precision": recorded_precision(art), "jobs": len(queue), "batch_size": args.batch_size,
            "concurrency": args.concurrency, "raw_async_queue_per_s": round(raw_tp, 1),
            "score_loop_per_s": round(loop_tp, 1), "score_wall_incl_load_per_s": round(wall_tp, 1),
-           "ratio": round(loop_tp / raw_tp, 4), "ratio_incl_load": round(wall_tp / raw_tp, 4), "goal": ">= 0.90"}
+           "ratio": round(statistics.median(paired), 4), "ratio_of_medians": round(loop_tp / raw_tp, 4),
+           "paired_ratios": [round(x, 4) for x in paired],
+           "ratio_incl_load": round(wall_tp / raw_tp, 4), "goal": ">= 0.90"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps(res, indent=2))

@@ -104,7 +104,8 @@ def rows(results: dict) -> list[dict]:
     sc = results.get("score") or {}
     out.append(_row("MiniLM seq 128 `edge-infer score` / raw `AsyncInferQueue`, OpenVINO (throughput)",
                     sc.get("ratio"), "", ">=", 0.90, "bench_score.py",
-                    f"{sc.get('score_loop_per_s')} vs {sc.get('raw_async_queue_per_s')} /s"))
+                    f"{sc.get('score_loop_per_s')} vs {sc.get('raw_async_queue_per_s')} /s; median of per-round "
+                    f"paired ratios {sc.get('paired_ratios')}, ratio of medians {sc.get('ratio_of_medians')}"))
     c = o.get("cold_start") or {}
     if "warm_cache" in c:
         # context only: raw compiles the seq-64 bucket alone while load() compiles both; the goal's
