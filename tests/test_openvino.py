@@ -299,6 +299,26 @@ def test_minilm_classifier_sst2_drop(ov_minilm_classifier_artifact, minilm_sourc
 
 
 @pytest.mark.slow
+def test_minilm_infer_batch_is_infer_on_the_throughput_queue(ov_minilm_embedding_artifact):
+    # the batch path tokenizes the batch in one call and runs it on the THROUGHPUT queue of twice
+    # the optimal requests: the same buckets, truncation and embeddings as infer() one by one
+    texts = ["a short one", "a longer sentence about the weather " * 6, "word " * 300, "", "ünïcödé ✓"]
+    with er.load(ov_minilm_embedding_artifact, device="openvino", strict=True) as rt:
+        batch = rt.infer_batch(texts)
+        assert isinstance(batch[3], er.InputError) and batch[3].code == "input_empty"
+        for t, b in zip(texts, batch):
+            if not t:
+                continue
+            one = rt.infer(t)
+            assert (b.bucket, b.truncated, b.input_length) == (one.bucket, one.truncated, one.input_length)
+            assert float(np.dot(b.embedding, one.embedding)) > 0.999
+        assert batch[2].truncated and batch[2].bucket == "seq128"
+        for info, sess in zip(rt.info()["sessions"], rt._sessions):     # both buckets got items
+            optimal = sess._tp[0].get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")
+            assert info["throughput_compiled"] and info["batch_jobs"] == 2 * optimal
+
+
+@pytest.mark.slow
 def test_deadline_cancels_a_running_openvino_call(ov_minilm_embedding_artifact):
     with er.load(ov_minilm_embedding_artifact, device="openvino", strict=True) as rt:
         text = "shares rose sharply after the earnings report " * 12      # seq128
