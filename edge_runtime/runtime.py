@@ -208,14 +208,15 @@ class Runtime(CallPath):
         sample = self.task.warmup_sample() if pipeline else None
         if sample is not None:
             t0 = time.perf_counter()
+            bucket = None
             try:
-                res = self.infer(sample)
-                ms = round((time.perf_counter() - t0) * 1000, 3)
-                done.add(self._bucket_names.index(res.bucket))
-                self.warmup_ms[res.bucket] = ms
+                bucket = self.infer(sample).bucket
             except EdgeRuntimeError as exc:
                 log.warning("pre/post-processing warm-up failed: %s", exc.message)
             self.warmup_ms["pipeline"] = round((time.perf_counter() - t0) * 1000, 3)
+            if bucket is not None:          # that call was its bucket's first
+                done.add(self._bucket_names.index(bucket))
+                self.warmup_ms[bucket] = self.warmup_ms["pipeline"]
         for k, (sess, bucket) in enumerate(zip(self._sessions, self.variant.buckets)):
             if k in done:
                 continue

@@ -148,41 +148,30 @@ class CallPath:
         return self._result(self._finish(outputs, prepared), prepared, t0, trace_id)
 
     def _prepare(self, raw, lim: Limits, opts: dict | None = None):
-        too_big = self._too_big(raw, lim)
-        if too_big is not None:
-            raise too_big
+        size = self.task.request_bytes(raw)        # infer()'s path: no call beyond the task's own
+        if size > lim.max_request_bytes:
+            raise _too_big(size, lim)
         try:
-            return self._with_options(self.task.prepare(raw, lim), opts)
+            prepared = self.task.prepare(raw, lim)
         except EdgeRuntimeError:
             raise
         except Exception as exc:  # a task bug or an exotic input must still be typed
             raise _typed(exc) from exc
+        return _with_options(prepared, opts) if opts else prepared
 
     def _prepare_batch(self, raws: list, lim: Limits, opts: dict | None = None) -> list:
         """``_prepare`` of each input (a ``Prepared`` or its ``EdgeRuntimeError``), the task's
         ``prepare_batch`` doing the inputs within the size limit at once."""
-        out: list = [self._too_big(raw, lim) for raw in raws]
+        sizes = [self.task.request_bytes(raw) for raw in raws]
+        out: list = [_too_big(n, lim) if n > lim.max_request_bytes else None for n in sizes]
         todo = [i for i, e in enumerate(out) if e is None]
         try:
             done = self.task.prepare_batch([raws[i] for i in todo], lim)
         except Exception as exc:        # a task bug in its batch path: every input gets the error
             done = [exc] * len(todo)
         for i, p in zip(todo, done):
-            out[i] = _typed(p) if isinstance(p, Exception) else self._with_options(p, opts)
+            out[i] = _typed(p) if isinstance(p, Exception) else _with_options(p, opts) if opts else p
         return out
-
-    def _too_big(self, raw, lim: Limits) -> InputError | None:
-        size = self.task.request_bytes(raw)
-        if size > lim.max_request_bytes:
-            return InputError(f"request is {size} bytes, over the limit of {lim.max_request_bytes}",
-                              code=ec.INPUT_TOO_LARGE, limit=lim.max_request_bytes)
-        return None
-
-    @staticmethod
-    def _with_options(prepared, opts: dict | None):
-        if opts:
-            prepared.meta = {**(prepared.meta or {}), "options": opts}
-        return prepared
 
     def _result(self, res, prepared, t0, trace_id) -> InferenceResult:
         return InferenceResult._make({
@@ -275,6 +264,16 @@ class CallPath:
         finally:
             if entry is not None:
                 WATCHDOG.disarm(entry)
+
+
+def _too_big(size: int, lim: Limits) -> InputError:
+    return InputError(f"request is {size} bytes, over the limit of {lim.max_request_bytes}",
+                      code=ec.INPUT_TOO_LARGE, limit=lim.max_request_bytes)
+
+
+def _with_options(prepared, opts: dict):
+    prepared.meta = {**(prepared.meta or {}), "options": opts}
+    return prepared
 
 
 def _typed(exc: Exception) -> EdgeRuntimeError:
