@@ -10,7 +10,6 @@ import dataclasses
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
 
@@ -134,7 +133,8 @@ class Runtime(CallPath):
                                         "task": man.task, "target": self.variant.target, "device": self.device})
         if self.choice.fallback:
             self._metrics.fallback(self.choice.fallback)
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edge-infer")
+        self._workers = workers
+        self._pool = None       # the worker pool of non-inline sessions, made on their first call
         self._closed = False
         self._lock = threading.Lock()
         self.warmup_ms: dict[str, float] = {}
@@ -260,7 +260,8 @@ class Runtime(CallPath):
             if self._closed:
                 return
             self._closed = True
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
         self._close_sessions()
 
     def __enter__(self):

@@ -18,7 +18,7 @@ from edge_runtime.errors import ArtifactError, InputError
 
 from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, classify, is_number,
                    preprocess_error, score_keys)
-from .image import (_RESAMPLE, TensorPlan, _pil, _pixels, decode_pixels, image_size, input_plan,
+from .image import (_RESAMPLE, TensorPlan, _pil, _pixels, bmp_bytes, decode_pixels, image_size, input_plan,
                     load_image_samples)
 
 LAYOUTS = ("NCHW", "NHWC")
@@ -186,7 +186,7 @@ class ImageClassification(Task):
             raise ArtifactError("image classification models take one input", file="manifest.json",
                                 code=ec.MANIFEST_FIELD_INVALID)
         self.input = inputs[0]
-        _pil()  # import the decoder at load, not inside the first infer()'s latency
+        _pil()  # PIL at load; each format's decoder with its first image (the warm-up sample's: BMP)
         channels = int(self.pre.get("channels", 3))
         mode = {1: "L", 3: "RGB"}.get(channels)
         if mode is None:
@@ -214,12 +214,8 @@ class ImageClassification(Task):
         self._out_q = (float(q["zero_point"]), float(q["scale"])) if q else None
 
     def warmup_sample(self):
-        import io
-
-        buf = io.BytesIO()
         h, w = self.pre["size"]
-        _pil().new(self.mode, (w, h)).save(buf, format="PNG")
-        return buf.getvalue()
+        return bmp_bytes(w, h)
 
     def request_bytes(self, raw) -> int:
         if isinstance(raw, (str, os.PathLike)):

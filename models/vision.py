@@ -22,7 +22,6 @@ the model's input tensor and the transform back to the original pixels:
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +30,7 @@ from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError
 
 from .base import is_number, preprocess_error
-from .image import _RESAMPLE, TensorPlan, _pil, decode, input_plan, resize_half_pixel
+from .image import _RESAMPLE, TensorPlan, _pil, bmp_bytes, decode, input_plan, resize_half_pixel
 
 RESIZE_MODES = ("stretch", "letterbox")
 PAD_POSITIONS = ("top-left", "center")
@@ -178,10 +177,7 @@ class VisionInput:
         return self.tensorize(self.pixels(img, geo)), geo, w0 * h0
 
     def warmup_sample(self) -> bytes:
-        buf = io.BytesIO()
-        color = (self.pad,) * 3 if self.mode == "RGB" else self.pad
-        _pil().new(self.mode, (self.width, self.height), color=color).save(buf, format="PNG")
-        return buf.getvalue()
+        return bmp_bytes(self.width, self.height, (self.pad,) * 3)
 
 
 def vision_import_preprocess(spec: dict, options: dict, warnings: list, *, resize: str = "stretch") -> dict:
