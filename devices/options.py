@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from edge_runtime import error_codes as ec
+from edge_runtime.value import Frozen
 
 # keys a converter records beside the runtime options that are notes, not options
 PROVENANCE_KEYS = ("why",)
@@ -21,8 +21,7 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(Frozen):
     """One device option: ``kind`` is bool, int, float or str; ``choices`` (str) are matched
     case-insensitively and normalised; ``env`` is read when the option is not given (a bad
     value there is the operator's, a ``DeviceError``); ``default`` None means the backend or
@@ -30,11 +29,16 @@ class Option:
 
     name: str
     kind: type
-    default: Any = None
-    help: str = ""
-    choices: tuple = ()
-    minimum: float | None = None
-    env: str | None = None
+    default: Any
+    help: str
+    choices: tuple
+    minimum: float | None
+    env: str | None
+
+    def __init__(self, name: str, kind: type, default: Any = None, help: str = "", choices: tuple = (),
+                 minimum: float | None = None, env: str | None = None) -> None:
+        self.__dict__.update(name=name, kind=kind, default=default, help=help, choices=choices, minimum=minimum,
+                             env=env)
 
     @property
     def metavar(self) -> str:
@@ -102,15 +106,19 @@ class Option:
         return value
 
 
-@dataclass(frozen=True)
-class DeviceOptions:
+class DeviceOptions(Frozen):
     """Validated options: ``values`` holds every declared option (given, from its ``env``, or
     its default), ``given`` only those set explicitly (normalised), ``provenance`` the recorded
     notes that came with them and are not options."""
 
-    values: Mapping = field(default_factory=dict)
-    given: Mapping = field(default_factory=dict)
-    provenance: Mapping = field(default_factory=dict)
+    values: Mapping
+    given: Mapping
+    provenance: Mapping
+
+    def __init__(self, values: Mapping | None = None, given: Mapping | None = None,
+                 provenance: Mapping | None = None) -> None:
+        self.__dict__.update(values={} if values is None else values, given={} if given is None else given,
+                             provenance={} if provenance is None else provenance)
 
     def __getitem__(self, key):
         return self.values[key]

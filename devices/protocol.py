@@ -7,18 +7,18 @@ protocols. The seam as a whole is described in :mod:`.base`, which re-exports al
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
+from edge_runtime.value import Frozen
+
 from .options import Option
 
 
 # -- facts -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Suitability:
+class Suitability(Frozen):
     """A backend's facts about one target on this hardware (and device, when asked for one).
 
     ``tier`` names the kind of path it would use ("accelerator", "gpu", "cpu", ...; None:
@@ -28,8 +28,12 @@ class Suitability:
     tier: str | None
     device: str         # the concrete device it would use, e.g. "onnxruntime:cpu"
     reason: str         # why (shown in rt.info(), fallbacks, `edge-infer devices`)
-    score: int = 0
-    policy: str | None = None
+    score: int
+    policy: str | None
+
+    def __init__(self, tier: str | None, device: str, reason: str, score: int = 0, policy: str | None = None) -> None:
+        d = self.__dict__
+        d["tier"], d["device"], d["reason"], d["score"], d["policy"] = tier, device, reason, score, policy
 
     @property
     def ok(self) -> bool:
@@ -40,14 +44,18 @@ def cannot(device: str, reason: str) -> Suitability:
     return Suitability(None, device, reason)
 
 
-@dataclass(frozen=True)
-class Capabilities:
+class Capabilities(Frozen):
     """How the runtime may drive a session; read once, when the session is loaded."""
 
-    inline: bool = False        # run() may be called in the caller's thread (else the runtime's worker pool)
-    cancellable: bool = False   # run(feeds, cancel=token) stops a running call when the token fires
-    batched: bool = False       # run_many()/prepare_many() exist (the BatchSession protocol)
-    batch_warmup: bool = False  # prepare_many() is worth calling before a batch job (a separate compile)
+    inline: bool        # run() may be called in the caller's thread (else the runtime's worker pool)
+    cancellable: bool   # run(feeds, cancel=token) stops a running call when the token fires
+    batched: bool       # run_many()/prepare_many() exist (the BatchSession protocol)
+    batch_warmup: bool  # prepare_many() is worth calling before a batch job (a separate compile)
+
+    def __init__(self, inline: bool = False, cancellable: bool = False, batched: bool = False,
+                 batch_warmup: bool = False) -> None:
+        d = self.__dict__
+        d["inline"], d["cancellable"], d["batched"], d["batch_warmup"] = inline, cancellable, batched, batch_warmup
 
 
 class SessionCrashed(RuntimeError):

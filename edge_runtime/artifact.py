@@ -8,16 +8,15 @@ artifact directory (absolute, ``..``, or a symlink pointing outside).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from . import manifest as mf
 from . import error_codes as ec
 from .errors import ArtifactError
 from .records import Manifest, Variant
+from .value import Frozen, Record
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -53,15 +52,18 @@ def safe_relpath(root: Path, rel: str) -> Path:
     return candidate
 
 
-@dataclass(frozen=True)
-class Artifact:
+class Artifact(Frozen):
     """A parsed, validated artifact: its manifest is read-only (``frozen.FrozenDict``) and the
     record itself is never changed (``verified``: every file was hashed when it was built)."""
 
     root: Path
     manifest: Manifest
-    verified: bool = False
-    verify_ms: float = 0.0
+    verified: bool
+    verify_ms: float
+
+    def __init__(self, root: Path, manifest: Manifest, verified: bool = False, verify_ms: float = 0.0) -> None:
+        d = self.__dict__
+        d["root"], d["manifest"], d["verified"], d["verify_ms"] = root, manifest, verified, verify_ms
 
     @property
     def name(self) -> str:
@@ -125,7 +127,7 @@ def load_artifact(path: str | os.PathLike, *, verify: bool = True) -> Artifact:
     if not verify:
         return art
     verify_files(art)
-    return dataclasses.replace(art, verified=True, verify_ms=(time.perf_counter() - t0) * 1000)
+    return art.replace(verified=True, verify_ms=(time.perf_counter() - t0) * 1000)
 
 
 def variant_files(manifest: dict, variant: dict) -> list[str]:
@@ -239,15 +241,15 @@ def tree_files(root: Path, rel: str) -> list[str]:
     return sorted(out)
 
 
-@dataclass
-class ArtifactWriter:
+class ArtifactWriter(Record):
     """Builds an artifact directory: add files, then write the manifest."""
 
     root: Path
-    files: dict = field(default_factory=dict)
+    files: dict
 
-    def __post_init__(self):
-        self.root = Path(self.root)
+    def __init__(self, root: str | os.PathLike, files: dict | None = None) -> None:
+        self.root = Path(root)
+        self.files = {} if files is None else files
         self.root.mkdir(parents=True, exist_ok=True)
 
     def add_file(self, rel: str, src: str | os.PathLike | None = None, data: bytes | None = None) -> str:

@@ -12,25 +12,29 @@ The layer is the error class's (a subclass counts as its base), and gives the
 exit code of ``edge-infer``. ``also`` names the other layers a code is raised
 under where the raise site picks the class by where the value came from.
 
-This module imports nothing from the project (``errors.py`` imports it).
+This module imports nothing from the project but ``value`` (``errors.py`` imports it).
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import Final
+
+from .value import Frozen
 
 # layer -> exit code: input is the caller's, artifact and device the operator's, timeout and runtime ours
 LAYERS: Final = {"input": 2, "artifact": 3, "device": 4, "timeout": 5, "runtime": 6, "parity": 7, "other": 1}
 
 
-@dataclass(frozen=True)
-class Code:
+class Code(Frozen):
     code: str
     layer: str                  # a key of LAYERS: the class the code is raised with
     meaning: str                # one line for the person who got it
-    also: tuple[str, ...] = ()  # other layers, where the raise site picks the class by context
+    also: tuple[str, ...]       # other layers, where the raise site picks the class by context
+
+    def __init__(self, code: str, layer: str, meaning: str, also: tuple[str, ...] = ()) -> None:
+        d = self.__dict__
+        d["code"], d["layer"], d["meaning"], d["also"] = code, layer, meaning, also
 
     @property
     def layers(self) -> tuple[str, ...]:

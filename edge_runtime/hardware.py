@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import platform
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -36,20 +35,27 @@ from typing import Callable
 from . import records
 from .hardware_cpu import X86_MACHINES, darwin_cpu, darwin_sysctl, linux_cpu, numpy_cpuid, read_auxv
 from .hardware_packages import BACKEND_PACKAGES, onnxruntime_build, packages_present, vendor_libraries
+from .value import Record
 
 __all__ = ["detect", "detect_cached", "has_nvidia_gpu", "packages_present", "BACKEND_PACKAGES"]
 
 
-@dataclass
-class Probe:
+class Probe(Record):
     root: Path
     system: str
     machine: str
     sysctl: Callable[[str], object]
     python_path: list | None
     env: dict | None
-    cpuid: dict | None = None           # x86: the features CPUID gives this process (hardware_cpu.numpy_cpuid)
-    found: dict = field(default_factory=dict)
+    cpuid: dict | None                  # x86: the features CPUID gives this process (hardware_cpu.numpy_cpuid)
+    found: dict
+
+    def __init__(self, root: Path, system: str, machine: str, sysctl: Callable[[str], object],
+                 python_path: list | None, env: dict | None, cpuid: dict | None = None,
+                 found: dict | None = None) -> None:
+        self.root, self.system, self.machine, self.sysctl = root, system, machine, sysctl
+        self.python_path, self.env, self.cpuid = python_path, env, cpuid
+        self.found = {} if found is None else found
 
     def read(self, rel: str, limit: int = 1 << 20) -> str:
         try:

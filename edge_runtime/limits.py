@@ -7,33 +7,37 @@ but never removed: ``None``, zero, negative or non-integer values are refused.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
 
 from . import error_codes as ec
 from .errors import ArtifactError, InputError
+from .value import Frozen
 
 MiB = 1024 * 1024
 
 
-@dataclass(frozen=True)
-class Limits:
-    max_request_bytes: int = 2 * MiB
-    max_batch_items: int = 500
-    max_text_chars: int = 10_000
-    max_image_bytes: int = 20 * MiB
-    max_image_pixels: int = 40_000_000
-    deadline_ms: int = 5_000
-    max_json_depth: int = 32
-    max_detections: int = 300          # detections in one result (a detector's max_detections is capped to it)
+class Limits(Frozen):
+    max_request_bytes: int
+    max_batch_items: int
+    max_text_chars: int
+    max_image_bytes: int
+    max_image_pixels: int
+    deadline_ms: int
+    max_json_depth: int
+    max_detections: int                # detections in one result (a detector's max_detections is capped to it)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def __init__(self, max_request_bytes: int = 2 * MiB, max_batch_items: int = 500, max_text_chars: int = 10_000,
+                 max_image_bytes: int = 20 * MiB, max_image_pixels: int = 40_000_000, deadline_ms: int = 5_000,
+                 max_json_depth: int = 32, max_detections: int = 300) -> None:
+        self.__dict__.update(max_request_bytes=max_request_bytes, max_batch_items=max_batch_items,
+                             max_text_chars=max_text_chars, max_image_bytes=max_image_bytes,
+                             max_image_pixels=max_image_pixels, deadline_ms=deadline_ms,
+                             max_json_depth=max_json_depth, max_detections=max_detections)
 
     def merged(self, overrides: dict | None, *, source: str = "call") -> "Limits":
         """Return a copy with ``overrides`` applied, each one validated."""
         if not overrides:
             return self
-        known = {f.name for f in fields(self)}
+        known = set(self.FIELDS)
         clean = {}
         for key, value in overrides.items():
             err = ArtifactError if source == "manifest" else InputError
@@ -42,7 +46,7 @@ class Limits:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise err(f"limit {key} must be a positive integer, got {value!r}", code=ec.LIMIT_INVALID)
             clean[key] = value
-        return replace(self, **clean)
+        return self.replace(**clean)
 
     def lowered(self, overrides: dict | None, *, what: str = "limit") -> "Limits":
         """``merged(overrides)`` where each value may only lower (or keep) the current

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from .value import Frozen
 
 
 class _TraceIds:
@@ -45,8 +46,7 @@ class _TraceIds:
 new_trace_id = _TraceIds()
 
 
-@dataclass(frozen=True)
-class InferenceResult:
+class InferenceResult(Frozen):
     prediction: Any                      # label, or None for embeddings / raw tensors
     scores: dict[str, float]             # key (label, or "label#index" if repeated) -> probability (top-k)
     embedding: np.ndarray | None         # text-embedding only
@@ -57,28 +57,36 @@ class InferenceResult:
     version: str
     trace_id: str
     bucket: str                          # static-shape bucket used, e.g. "seq64"
-    truncated: bool = False              # input longer than the largest bucket
-    input_length: int | None = None      # tokens before truncation / decoded pixels (the drift signal)
-    outputs: dict[str, np.ndarray] | None = field(default=None, repr=False)  # tensors task (dequantized)
-    class_id: int | None = None          # classifiers: the prediction's class index
-    top_k: list[dict] | None = None      # classifiers: [{"index", "label", "score"}], best first
-    raw_outputs: dict[str, np.ndarray] | None = field(default=None, repr=False)  # tensors: quantized, as returned
-    detections: list[dict] | None = None  # object-detection: [{"label", "class_id", "score", "box"}], best first
-    keypoints: list[dict] | None = None   # pose-estimation: [{"name", "x", "y", "score"}]
+    truncated: bool                      # input longer than the largest bucket
+    input_length: int | None             # tokens before truncation / decoded pixels (the drift signal)
+    outputs: dict[str, np.ndarray] | None  # tensors task (dequantized)
+    class_id: int | None                 # classifiers: the prediction's class index
+    top_k: list[dict] | None             # classifiers: [{"index", "label", "score"}], best first
+    raw_outputs: dict[str, np.ndarray] | None  # tensors: quantized, as returned
+    detections: list[dict] | None        # object-detection: [{"label", "class_id", "score", "box"}], best first
+    keypoints: list[dict] | None         # pose-estimation: [{"name", "x", "y", "score"}]
 
-    def __post_init__(self):
-        if self.class_id is None:
-            object.__setattr__(self, "class_id", getattr(self.scores, "class_id", None))
-        if self.top_k is None:
-            object.__setattr__(self, "top_k", getattr(self.scores, "top_k", None))
-        if self.raw_outputs is None:
-            object.__setattr__(self, "raw_outputs", getattr(self.outputs, "raw", None))
+    HIDDEN = ("outputs", "raw_outputs")
+
+    def __init__(self, prediction: Any, scores: dict[str, float], embedding: np.ndarray | None, latency_ms: float,
+                 device: str, target: str, model: str, version: str, trace_id: str, bucket: str,
+                 truncated: bool = False, input_length: int | None = None,
+                 outputs: dict[str, np.ndarray] | None = None, class_id: int | None = None,
+                 top_k: list[dict] | None = None, raw_outputs: dict[str, np.ndarray] | None = None,
+                 detections: list[dict] | None = None, keypoints: list[dict] | None = None) -> None:
+        self.__dict__.update(
+            prediction=prediction, scores=scores, embedding=embedding, latency_ms=latency_ms, device=device,
+            target=target, model=model, version=version, trace_id=trace_id, bucket=bucket, truncated=truncated,
+            input_length=input_length, outputs=outputs,
+            class_id=getattr(scores, "class_id", None) if class_id is None else class_id,
+            top_k=getattr(scores, "top_k", None) if top_k is None else top_k,
+            raw_outputs=getattr(outputs, "raw", None) if raw_outputs is None else raw_outputs,
+            detections=detections, keypoints=keypoints)
 
     @classmethod
     def _make(cls, fields: dict) -> "InferenceResult":
         """The runtime's constructor: ``fields`` names every field, already of the right types
-        (what ``__init__`` + ``__post_init__`` would store), set without the frozen
-        dataclass's per-field ``object.__setattr__``. The instance is the same as
+        (what ``__init__`` would store), set in one dict update. The instance is the same as
         ``InferenceResult(**fields)``'s (equal, same repr, same ``to_dict``)."""
         if fields["class_id"] is None:
             fields["class_id"] = getattr(fields["scores"], "class_id", None)

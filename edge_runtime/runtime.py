@@ -6,7 +6,6 @@ task.finish → result) is ``runtime_call.CallPath``, which ``Runtime`` extends.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -122,7 +121,7 @@ class Runtime(CallPath):
         self.device = self._sessions[0].device
         self._bucket_names = [b.name for b in self.variant.buckets]
         if dropped:     # the choice is a record: what the sessions said makes a new one
-            self.choice = dataclasses.replace(self.choice, fallback="; ".join(
+            self.choice = self.choice.replace(fallback="; ".join(
                 x for x in (self.choice.fallback, dropped) if x))
         if self.choice.fallback:
             msg = f"{self.artifact.root}: {self.choice.fallback}; using {self.device}"
@@ -157,7 +156,7 @@ class Runtime(CallPath):
             self.close()
             raise
         # every file of the artifact is now hashed: the chosen variant's before it loaded, the rest meanwhile
-        self.artifact = dataclasses.replace(self.artifact, verified=True, verify_ms=self.verify_ms)
+        self.artifact = self.artifact.replace(verified=True, verify_ms=self.verify_ms)
         self.isa = isa_note(man, self.hardware, self.device)
         self.verified_here: dict | None = None
         if verify:
@@ -293,7 +292,7 @@ class Runtime(CallPath):
             "device_options": self.device_options,
             "runtime_provenance": self.runtime_provenance,
             "recorded_options_ignored": self.recorded_options_ignored,
-            "capabilities": [dataclasses.asdict(c) for c in self.capabilities],
+            "capabilities": [c.fields_dict() for c in self.capabilities],
             "quantization": self.variant.quantization,
             "parity": self.variant.parity,
             "limits": self.limits.to_dict(),

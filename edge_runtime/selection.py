@@ -26,8 +26,6 @@ initialise) is a fallback too: reported, or under ``strict`` a ``DeviceError``.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from edge_runtime.devices import registry
@@ -35,6 +33,7 @@ from edge_runtime.devices.base import Suitability
 
 from . import error_codes as ec
 from .errors import ArtifactError, DeviceError
+from .value import Frozen
 
 
 # -- the policy ------------------------------------------------------------------
@@ -67,13 +66,17 @@ def _int8_dot(hw: dict, target: str) -> bool:
     return target == "onnx-int8" and bool((hw.get("cpu") or {}).get("int8_dot"))
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(Frozen):
     family: str                 # the backend family ("*": any)
     tier: str                   # the tier it reports ("*": any)
     when: str                   # the hardware condition, in words ("" : always)
     why: str
-    test: Callable[[dict, str], bool] = _always     # (hardware, target) -> does the condition hold
+    test: Callable[[dict, str], bool]     # (hardware, target) -> does the condition hold
+
+    def __init__(self, family: str, tier: str, when: str, why: str,
+                 test: Callable[[dict, str], bool] = _always) -> None:
+        d = self.__dict__
+        d["family"], d["tier"], d["when"], d["why"], d["test"] = family, tier, when, why, test
 
     def matches(self, family: str, tier: str | None, hardware: dict, target: str) -> bool:
         return self.family in ("*", family) and self.tier in ("*", tier) and self.test(hardware, target)
@@ -106,11 +109,11 @@ POLICY: tuple[tuple[Rule, ...], ...] = (
 def place(family: str, suit: Suitability, hardware: dict, target: str) -> Suitability:
     """``suit`` with its score and policy row filled in (0 and no row when it cannot run)."""
     if not suit.ok:
-        return dataclasses.replace(suit, score=0, policy=None)
+        return suit.replace(score=0, policy=None)
     for i, group in enumerate(POLICY):
         for rule in group:
             if rule.matches(family, suit.tier, hardware, target):
-                return dataclasses.replace(suit, score=len(POLICY) - i, policy=rule.why)
+                return suit.replace(score=len(POLICY) - i, policy=rule.why)
     raise AssertionError("the policy's last row matches every candidate")
 
 
@@ -131,15 +134,21 @@ def policy_table() -> list[dict]:
 Measured = Callable[[list, dict], "tuple[dict, str] | None"]
 
 
-@dataclass(frozen=True)
-class Choice:
+class Choice(Frozen):
     variant: dict
     backend_name: str
     suitability: Suitability
-    candidates: list[dict] = field(default_factory=list)
-    fallback: str | None = None
-    decided_by: str = "policy"        # "policy", "measurement" or "forced" (the device asked for)
-    measured: str | None = None       # the measurement's reason when it decided
+    candidates: list[dict]
+    fallback: str | None
+    decided_by: str                   # "policy", "measurement" or "forced" (the device asked for)
+    measured: str | None              # the measurement's reason when it decided
+
+    def __init__(self, variant: dict, backend_name: str, suitability: Suitability,
+                 candidates: list[dict] | None = None, fallback: str | None = None, decided_by: str = "policy",
+                 measured: str | None = None) -> None:
+        self.__dict__.update(variant=variant, backend_name=backend_name, suitability=suitability,
+                             candidates=[] if candidates is None else candidates, fallback=fallback,
+                             decided_by=decided_by, measured=measured)
 
 
 def check_targets(targets: list[str]) -> dict[str, list[str]]:

@@ -4,21 +4,29 @@ model's raw arrays)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from edge_runtime.value import Record
 
-@dataclass
-class Prepared:
+
+class Prepared(Record):
     """One input, ready for a device: the bucket it goes to and its feeds."""
 
     bucket: int
     feeds: dict[str, np.ndarray]
-    truncated: bool = False
-    length: int | None = None          # tokens / pixels, for the drift histogram
-    meta: dict | None = None           # what finish needs beyond the feeds (vision: the letterbox transform)
+    truncated: bool
+    length: int | None                 # tokens / pixels, for the drift histogram
+    meta: dict | None                  # what finish needs beyond the feeds (vision: the letterbox transform)
+
+    def __init__(self, bucket: int, feeds: dict[str, np.ndarray], truncated: bool = False, length: int | None = None,
+                 meta: dict | None = None) -> None:
+        self.bucket = bucket
+        self.feeds = feeds
+        self.truncated = truncated
+        self.length = length
+        self.meta = meta
 
 
 class Scores(dict):
@@ -45,28 +53,37 @@ class Outputs(dict):
         self.raw = raw
 
 
-@dataclass
-class TaskOutput:
-    prediction: Any = None
-    scores: dict[str, float] = field(default_factory=dict)
-    embedding: np.ndarray | None = None
-    outputs: dict[str, np.ndarray] | None = None
-    class_id: int | None = None                  # the prediction's class index (classifiers)
-    top_k: list[dict] | None = None              # [{"index", "label", "score"}], best first
-    raw_outputs: dict[str, np.ndarray] | None = None   # tensors: the model's own (quantized) arrays
+class TaskOutput(Record):
+    prediction: Any
+    scores: dict[str, float]
+    embedding: np.ndarray | None
+    outputs: dict[str, np.ndarray] | None
+    class_id: int | None                         # the prediction's class index (classifiers)
+    top_k: list[dict] | None                     # [{"index", "label", "score"}], best first
+    raw_outputs: dict[str, np.ndarray] | None    # tensors: the model's own (quantized) arrays
     # object-detection: [{"label", "class_id", "score", "box": [x1, y1, x2, y2]}] in original-image pixels,
     # best first
-    detections: list[dict] | None = None
+    detections: list[dict] | None
     # pose-estimation: [{"name", "x", "y", "score"}] in original-image pixels, one per named keypoint
-    keypoints: list[dict] | None = None
+    keypoints: list[dict] | None
     # object-detection, for parity only (never in a result): the detections just under the score
     # threshold, so that a box whose score drifted across it is not counted as a different answer
-    near_detections: list[dict] | None = None
+    near_detections: list[dict] | None
 
-    def __post_init__(self):
-        if self.class_id is None:
-            self.class_id = getattr(self.scores, "class_id", None)
-        if self.top_k is None:
-            self.top_k = getattr(self.scores, "top_k", None)
-        if self.raw_outputs is None:
-            self.raw_outputs = getattr(self.outputs, "raw", None)
+    def __init__(self, prediction: Any = None, scores: dict[str, float] | None = None,
+                 embedding: np.ndarray | None = None, outputs: dict[str, np.ndarray] | None = None,
+                 class_id: int | None = None, top_k: list[dict] | None = None,
+                 raw_outputs: dict[str, np.ndarray] | None = None, detections: list[dict] | None = None,
+                 keypoints: list[dict] | None = None, near_detections: list[dict] | None = None) -> None:
+        if scores is None:
+            scores = {}
+        self.prediction = prediction
+        self.scores = scores
+        self.embedding = embedding
+        self.outputs = outputs
+        self.class_id = getattr(scores, "class_id", None) if class_id is None else class_id
+        self.top_k = getattr(scores, "top_k", None) if top_k is None else top_k
+        self.raw_outputs = getattr(outputs, "raw", None) if raw_outputs is None else raw_outputs
+        self.detections = detections
+        self.keypoints = keypoints
+        self.near_detections = near_detections

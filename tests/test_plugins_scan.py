@@ -88,3 +88,27 @@ def test_loading_and_running_a_model_does_not_import_importlib_metadata(tmp_path
     out = subprocess.run([sys.executable, "-c", code, str(art), str(coral / "cat.bmp")], capture_output=True,
                          text=True, check=True)
     assert out.stdout.split()[-1] == "False", out.stdout
+
+
+# what a raw LiteRT script (numpy, PIL, ai_edge_litert) never imports, and `edge-infer infer --image x.bmp`
+# no longer does either: each was milliseconds of every process start (2-core Intel Xeon)
+NOT_ON_THE_INFER_PATH = ("importlib.metadata", "dataclasses", "tempfile", "concurrent.futures", "PIL.PngImagePlugin",
+                         "PIL.JpegImagePlugin", "PIL.GifImagePlugin", "PIL.PpmImagePlugin", "subprocess")
+
+
+def test_the_cli_infer_path_imports_none_of_the_costly_modules_a_raw_script_skips(tmp_path):
+    from edge_runtime.converters.tflite_import import import_tflite
+
+    coral = SHARED_DATA / "coral"
+    art = tmp_path / "mnv1"
+    import_tflite(coral / "mobilenet_v1_0.25_128_quant.tflite", art, labels=coral / "imagenet_labels.txt")
+    code = ("import sys\nfrom edge_runtime.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('MODULES', ' '.join(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code, "infer", str(art), "--image", str(coral / "cat.bmp"), "--device",
+                          "tflite", "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert '"prediction"' in out.stdout
+    imported = set(out.stdout.rsplit("MODULES", 1)[1].split())
+    assert "PIL.BmpImagePlugin" in imported and "edge_runtime.runtime" in imported    # the list is read right
+    assert not imported & set(NOT_ON_THE_INFER_PATH), sorted(imported & set(NOT_ON_THE_INFER_PATH))
