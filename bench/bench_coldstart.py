@@ -22,7 +22,7 @@ Wall time and peak RSS (``wait4``'s ``ru_maxrss``) are medians per side.
 OpenVINO runs both with their model caches warm (each its own, filled
 first). Goals (issue #20): wall ≤ 1.15, peak RSS ≤ 1.10.
 
-Usage: python bench/bench_coldstart.py [--repeats 5] [--devices onnxruntime,openvino,tflite] [--out ...]
+Usage: python bench/bench_coldstart.py [--repeats 11] [--devices onnxruntime,openvino,tflite] [--out ...]
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ def main():
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--artifact", type=Path)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=11)
     ap.add_argument("--devices", default="onnxruntime,openvino,tflite")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "coldstart.json")
     args = ap.parse_args()
