@@ -8,7 +8,7 @@ import sys
 import zipfile
 from importlib import metadata
 
-from conftest import SHARED_DATA, add_distribution
+from conftest import add_distribution, shared
 
 from edge_runtime import plugins
 
@@ -80,7 +80,7 @@ def test_a_distribution_inside_a_zip_on_sys_path_is_read(tmp_path, monkeypatch):
 def test_loading_and_running_a_model_does_not_import_importlib_metadata(tmp_path):
     from edge_runtime.converters.tflite_import import import_tflite
 
-    coral = SHARED_DATA / "coral"
+    coral = shared("coral")
     art = tmp_path / "mnv1"
     import_tflite(coral / "mobilenet_v1_0.25_128_quant.tflite", art, labels=coral / "imagenet_labels.txt")
     code = ("import sys, edge_runtime as er; rt = er.load(sys.argv[1], device='tflite'); r = rt.infer(sys.argv[2]); "
@@ -99,7 +99,7 @@ NOT_ON_THE_INFER_PATH = ("importlib.metadata", "dataclasses", "tempfile", "concu
 def test_the_cli_infer_path_imports_none_of_the_costly_modules_a_raw_script_skips(tmp_path):
     from edge_runtime.converters.tflite_import import import_tflite
 
-    coral = SHARED_DATA / "coral"
+    coral = shared("coral")
     art = tmp_path / "mnv1"
     import_tflite(coral / "mobilenet_v1_0.25_128_quant.tflite", art, labels=coral / "imagenet_labels.txt")
     code = ("import sys\nfrom edge_runtime.cli import main\n"
