@@ -199,7 +199,7 @@ def draw(image, result, out_path=None, *, keypoint_threshold: float = KEYPOINT_T
     from PIL import Image, ImageDraw
 
     from .limits import DEFAULT_LIMITS
-    from .models.image import decode
+    from .models.image_decode import decode
 
     if out_path is not None:
         output_format(out_path)

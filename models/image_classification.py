@@ -18,8 +18,8 @@ from edge_runtime.errors import ArtifactError, InputError
 
 from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, classify, is_number,
                    preprocess_error, score_keys)
-from .image import (_RESAMPLE, TensorPlan, _pil, _pixels, bmp_bytes, decode_pixels, image_size, input_plan,
-                    load_image_samples)
+from .image import _RESAMPLE, TensorPlan, _pixels, input_plan, load_image_samples
+from .image_decode import _pil, bmp_bytes, decode_pixels, image_size
 
 LAYOUTS = ("NCHW", "NHWC")
 RESIZE_METHODS = tuple(_RESAMPLE) + ("bilinear-half-pixel",)

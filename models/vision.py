@@ -30,7 +30,8 @@ from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError
 
 from .base import is_number, preprocess_error
-from .image import _RESAMPLE, TensorPlan, _pil, bmp_bytes, decode, input_plan, resize_half_pixel
+from .image import _RESAMPLE, TensorPlan, input_plan, resize_half_pixel
+from .image_decode import _pil, bmp_bytes, decode
 
 RESIZE_MODES = ("stretch", "letterbox")
 PAD_POSITIONS = ("top-left", "center")
