@@ -98,7 +98,7 @@ def quiet_native_stderr():
 
 def _scratch_file():
     """An anonymous read/write file: a memfd where Linux has one (no ``tempfile`` import, whose
-    ``random``/``shutil`` cost 3.4 ms of every process start on LiteRT, 2-core Intel Xeon),
+    ``random``/``shutil`` cost 3.4 ms of every process start on LiteRT, 2-core AMD EPYC with AVX-512 VNNI),
     else ``tempfile.TemporaryFile()``. ``OSError`` when neither can be made."""
     memfd = getattr(os, "memfd_create", None)
     if memfd is not None:

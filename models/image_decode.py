@@ -33,7 +33,7 @@ _PIL: list = []         # PIL.Image once imported: a from-import per call cost ~
 
 # each accepted format: its signature, PIL's plugin module, and PIL's format name. The plugin is
 # imported when the first image of its format arrives: Image.open() of bytes would import five
-# (BMP, GIF, JPEG, PPM, PNG: 6 ms of a process start on LiteRT, 2-core Intel Xeon) before looking
+# (BMP, GIF, JPEG, PPM, PNG: 6 ms of a process start on LiteRT, 2-core AMD EPYC with AVX-512 VNNI) before looking
 _SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "PngImagePlugin", "PNG"), (b"\xff\xd8\xff", "JpegImagePlugin", "JPEG"),
                (b"BM", "BmpImagePlugin", "BMP"))
 _OPENERS: dict = {}     # PIL format name -> (factory, accept), from PIL's registry once the plugin is in

@@ -1,5 +1,5 @@
 """The load path's records (``edge_runtime.value``): what ``@dataclass`` gave them, without
-its per-class code generation at import (11 ms of every process start, 2-core Intel Xeon)."""
+its per-class code generation at import (11 ms of every process start, 2-core AMD EPYC with AVX-512 VNNI)."""
 
 import copy
 import dataclasses
