@@ -114,21 +114,56 @@ def classify(vals: np.ndarray, labels: list[str], k: int | None, keys: list[str]
     :func:`softmax` does, without numpy's per-call cost (about half of it on 10 classes)."""
     n = vals.shape[0]
     if apply_softmax and 0 < n <= 64:
-        values = vals.tolist()
-        top = max(values)
-        if math.isfinite(top) and math.isfinite(sum(values)):
-            e = [math.exp(x - top) for x in values]
-            total = sum(e)
-            probs = array.array("f", [x / total for x in e]).tolist()      # float32, as softmax() returns
-            order = sorted(range(n), key=probs.__getitem__, reverse=True)  # stable: ties by the lower index
-            if k:
-                order = order[:k]
-            ranked = [probs[i] for i in order]
-            class_id = order[0]
-            top_k = [{"index": i, "label": labels[i], "score": v} for i, v in zip(order, ranked)]
-            scores = Scores(zip([keys[i] for i in order], ranked), class_id=class_id, top_k=top_k)
-            return labels[class_id], class_id, scores, top_k
+        out = _softmax_ranked(vals.tolist(), labels, k, keys)
+        if out is not None:
+            return out
     return rank_classes(softmax(vals) if apply_softmax else vals, labels, k, keys)
+
+
+def classify_values(values: list[float], labels: list[str], k: int | None, keys: list[str], apply_softmax: bool):
+    """:func:`classify` of a vector given as Python floats, each a float32 value (the list path of
+    small outputs: :func:`code_table`'s dequantized codes, or ``float32_array.tolist()``)."""
+    if apply_softmax and 0 < len(values) <= 64:
+        out = _softmax_ranked(values, labels, k, keys)
+        if out is not None:
+            return out
+    return classify(np.array(values, dtype=np.float32), labels, k, keys, apply_softmax)
+
+
+def _softmax_ranked(values: list[float], labels: list[str], k: int | None, keys: list[str]):
+    """:func:`classify`'s small-vector path on Python floats; None when a value is not finite
+    (the numpy path defines what NaN and infinities give)."""
+    top = max(values)
+    if not (math.isfinite(top) and math.isfinite(sum(values))):
+        return None
+    e = [math.exp(x - top) for x in values]
+    total = sum(e)
+    probs = array.array("f", [x / total for x in e]).tolist()      # float32, as softmax() returns
+    order = sorted(range(len(probs)), key=probs.__getitem__, reverse=True)  # stable: ties by the lower index
+    if k:
+        order = order[:k]
+    ranked = [probs[i] for i in order]
+    class_id = order[0]
+    top_k = [{"index": i, "label": labels[i], "score": v} for i, v in zip(order, ranked)]
+    scores = Scores(zip([keys[i] for i in order], ranked), class_id=class_id, top_k=top_k)
+    return labels[class_id], class_id, scores, top_k
+
+
+def code_table(dtype, zero_point: float, scale: float) -> list[float] | None:
+    """``(code - zero_point) * scale`` of every code of an 8-bit output, as Python floats holding
+    the float32 values that numpy's ``(arr.astype(np.float32) - zero_point) * scale`` gives
+    (computed by that very expression, element by element the same IEEE operations), indexed by
+    the code itself: an int8 code's negative value indexes the list from its end. A 10-class
+    int8 output dequantizes through it in ~0.5 µs against ~3 µs for the three numpy calls.
+    None for any other dtype."""
+    dt = np.dtype(dtype)
+    if dt == np.uint8:
+        codes = np.arange(256, dtype=np.uint8)
+    elif dt == np.int8:
+        codes = np.concatenate([np.arange(128), np.arange(-128, 0)]).astype(np.int8)
+    else:
+        return None
+    return ((codes.astype(np.float32) - zero_point) * scale).tolist()
 
 
 def top_k_scores(probs: np.ndarray, labels: list[str], k: int | None) -> tuple[str, dict[str, float]]:

@@ -18,6 +18,7 @@ from edge_runtime.errors import ArtifactError, InputError
 
 from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, classify, is_number,
                    preprocess_error, score_keys)
+from .classification import classify_values, code_table
 from .image import _RESAMPLE, TensorPlan, _pixels, input_plan, load_image_samples
 from .image_decode import _pil, bmp_bytes, decode_pixels, image_size
 
@@ -212,6 +213,11 @@ class ImageClassification(Task):
         self._input_name = self.input["name"]
         q = spec.get("quantization")        # the score output's dequantization, read once
         self._out_q = (float(q["zero_point"]), float(q["scale"])) if q else None
+        # small 8-bit outputs dequantize through a table of every code (the same float32 values)
+        small = self.apply_softmax and n <= 64
+        self._codes = code_table(spec["dtype"], *self._out_q) if self._out_q and small else None
+        self._codes_dtype = np.dtype(spec["dtype"]) if self._codes is not None else None
+        self._float_list = small
 
     def warmup_sample(self):
         h, w = self.pre["size"]
@@ -230,6 +236,15 @@ class ImageClassification(Task):
 
     def finish(self, outputs, prepared) -> TaskOutput:
         arr = outputs[self.output]
+        if self._codes is not None and arr.dtype == self._codes_dtype:
+            codes = self._codes
+            label, class_id, scores, top = classify_values([codes[c] for c in arr.ravel().tolist()], self.labels,
+                                                           self.top_k, self.keys, True)
+            return TaskOutput(prediction=label, scores=scores, class_id=class_id, top_k=top)
+        if self._float_list and arr.dtype == np.float32:
+            label, class_id, scores, top = classify_values(arr.ravel().tolist(), self.labels, self.top_k,
+                                                           self.keys, True)
+            return TaskOutput(prediction=label, scores=scores, class_id=class_id, top_k=top)
         if self._out_q is not None and arr.dtype.kind in "iu":      # dequantize(), the spec read at load
             vals = ((arr.astype(np.float32) - self._out_q[0]) * self._out_q[1]).reshape(-1)
         else:

@@ -254,3 +254,89 @@ def test_openvino_small_input_path_matches_a_fresh_request(ov_digits_artifact):
             t.join()
         assert not bad, bad[:10]
         assert len(feeds) >= 300
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("zp,scale", [(-128.0, 1 / 256), (3.0, 0.1), (0.0, 0.0390625), (-7.0, 0.17313)])
+def test_code_table_is_bit_identical_to_numpy_dequantize(dtype, zp, scale):
+    """Every 8-bit code dequantizes through the table to the very float32 that numpy's
+    ``(arr.astype(np.float32) - zp) * scale`` gives, and the small-output classify path on the
+    table's values ranks and scores exactly as the numpy path did."""
+    from edge_runtime.models.base import classify, score_keys
+    from models.classification import classify_values, code_table
+
+    info = np.iinfo(dtype)
+    codes = np.arange(info.min, info.max + 1).astype(dtype)
+    table = code_table(dtype, zp, scale)
+    want = (codes.astype(np.float32) - zp) * scale
+    got = np.array([table[c] for c in codes.tolist()], dtype=np.float64)
+    assert np.array_equal(got, want.astype(np.float64))        # exact, not close
+    assert code_table(np.int16, zp, scale) is None and code_table(np.float32, zp, scale) is None
+    rng = np.random.default_rng(7)
+    labels = [f"c{i}" for i in range(10)]
+    keys = score_keys(labels)
+    for _ in range(200):
+        arr = rng.integers(info.min, info.max + 1, size=(1, 10)).astype(dtype)
+        numpy_path = classify(((arr.astype(np.float32) - zp) * scale).reshape(-1), labels, 5, keys, True)
+        table_path = classify_values([table[c] for c in arr.ravel().tolist()], labels, 5, keys, True)
+        assert table_path[:2] == numpy_path[:2] and table_path[3] == numpy_path[3]
+        assert list(table_path[2].items()) == list(numpy_path[2].items())
+
+
+def test_classify_values_falls_back_like_classify():
+    """Past 64 classes, without softmax, or with a non-finite value, the list path gives what
+    ``classify`` of the float32 array gives."""
+    from edge_runtime.models.base import classify, score_keys
+    from models.classification import classify_values
+
+    rng = np.random.default_rng(3)
+    for n, soft in ((100, True), (10, False), (10, True)):
+        labels = [f"c{i}" for i in range(n)]
+        keys = score_keys(labels)
+        x = rng.normal(size=n).astype(np.float32)
+        if n == 10 and soft:
+            x[4] = np.inf
+        want = classify(x, labels, 5, keys, soft)
+        got = classify_values(x.tolist(), labels, 5, keys, soft)
+        assert got[:2] == want[:2] and repr(got[3]) == repr(want[3])      # repr: NaN scores compare
+
+
+def test_pool_hands_each_object_to_one_caller_and_never_stalls():
+    """The pool's lock-free path under contention: 8 threads on 2 objects never hold the same
+    object at once, every waiter is woken (the test ends), and no more than the limit is made."""
+    import sys
+    import time
+
+    sys.path.insert(0, str(ROOT))
+    from devices.pool import Pool
+
+    made = []
+
+    def make():
+        made.append(object())
+        return made[-1]
+
+    pool = Pool(make, 2)
+    held: set[int] = set()
+    guard = threading.Lock()
+    errors: list[str] = []
+
+    def work():
+        for _ in range(3000):
+            item = pool.acquire()
+            with guard:
+                if id(item) in held:
+                    errors.append("handed out twice")
+                held.add(id(item))
+            time.sleep(0) if _ % 7 == 0 else None
+            with guard:
+                held.discard(id(item))
+            pool.release(item)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a waiter was never woken"
+    assert not errors and len(made) <= 2 and pool.size <= 2
