@@ -79,6 +79,7 @@ def raw_paths(rt, device: str, own: bool):
     mean, std = np.float32(pre["mean"][0]), np.float32(pre["std"][0])
     name_in = spec_in["name"]
     sess = rt._sessions[0]
+    threads = (rt.threads_fit or {}).get("threads")      # the runtime's fitted count (None: the default)
     if device == "onnxruntime":
         import onnxruntime as ort
 
@@ -87,6 +88,8 @@ def raw_paths(rt, device: str, own: bool):
         else:
             so = ort.SessionOptions()
             so.inter_op_num_threads = 1
+            if threads:
+                so.intra_op_num_threads = threads
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             s = ort.InferenceSession(model, sess_options=so, providers=["CPUExecutionProvider"])
         outs = [spec_out["name"]]
@@ -99,8 +102,10 @@ def raw_paths(rt, device: str, own: bool):
         if own:
             cm = sess._compiled
         else:
-            cm = ov.Core().compile_model(model, "CPU", {"PERFORMANCE_HINT": "LATENCY",
-                                                       "INFERENCE_PRECISION_HINT": sess.precision})
+            cfg = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": sess.precision}
+            if threads:
+                cfg["INFERENCE_NUM_THREADS"] = threads
+            cm = ov.Core().compile_model(model, "CPU", cfg)
         req = cm.create_infer_request()
 
         def run(x):
@@ -194,7 +199,7 @@ def bench_device(art: Path, device: str, rounds: int, per_block: int) -> dict:
     rt.close()
     med = {k: statistics.median(v) for k, v in wall.items()}
     cmed = {k: statistics.median(v) for k, v in cpu.items()}
-    out = {"target": TARGETS[device], "calls_each": rounds * per_block,
+    out = {"target": TARGETS[device], "calls_each": rounds * per_block, "threads_fit": rt.threads_fit,
            "wall_us": {k: round(v, 1) for k, v in med.items()},
            "thread_cpu_us": {k: round(v, 1) for k, v in cmed.items()}}
     for kind in ("array", "path"):

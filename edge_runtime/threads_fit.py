@@ -14,7 +14,11 @@ the order flipped each round, medians), so a minute in which the machine slows d
 weighs on both sides alike; they replace the default ones when no bucket is slower than
 ``KEEP_IF_WITHIN`` x. A verdict of "slower" is timed once more and decided on every round
 (a sequential timing read 1.20x on a box whose speed drifts, for a model where one thread
-is as fast). The record is ``rt.info()["threads_fit"]``.
+is as fast). A bucket whose warm-up call took over ``WARMUP_SKIP_MS`` is not timed (a model of
+milliseconds), unless its model files are under ``SMALL_MODEL_BYTES``: ONNX Runtime's first
+run of digits-cnn takes 7 ms of one-off set-up, and the 2-thread session it then kept cost
+each later call ~10-25 µs of waking the spinning worker (2-core AMD EPYC, 2026-12-06).
+The record is ``rt.info()["threads_fit"]``.
 A machine where one thread is slower (many cores, a model near the bound) keeps its
 default: the decision is measured where it runs, never assumed.
 """
@@ -39,7 +43,10 @@ TINY_CALL_MS = 1.0      # buckets whose default-thread call takes longer keep th
 KEEP_IF_WITHIN = 1.10   # one thread is kept when no bucket is slower than this x the default
 CALLS = 7
 ROUNDS = 9              # alternating rounds per comparison (twice that when the first says slower)
-WARMUP_SKIP_MS = 5.0    # a bucket whose warm-up (first) call took longer is not timed at all
+WARMUP_SKIP_MS = 5.0    # a bucket whose warm-up (first) call took longer is not timed at all ...
+SMALL_MODEL_BYTES = 1 << 20     # ... unless its model files are this small: a first call is then
+# the backend's one-off set-up (ONNX Runtime's first run of digits-cnn: 7 ms, its later ones 0.02 ms),
+# and the timed call below, bounded by TINY_CALL_MS, costs one call if the model is slow after all
 
 
 def _feeds(bucket) -> dict:
@@ -84,6 +91,15 @@ def _compare(default_sessions, one_sessions, feeds) -> tuple[list, list, float, 
     return default_ms, one_ms, worst, ROUNDS * attempt
 
 
+def _small(rt, bucket) -> bool:
+    """Whether the bucket's model files (the manifest's byte counts) total under SMALL_MODEL_BYTES."""
+    files = getattr(getattr(rt, "artifact", None), "manifest", {}).get("files") or {}
+    names = [getattr(bucket, "file", None), *(getattr(bucket, "extra_files", None) or ())]
+    sizes = [(files.get(n) or {}).get("bytes") for n in names if n]
+    known = [n for n in sizes if isinstance(n, int)]
+    return bool(sizes) and len(known) == len(sizes) and sum(known) < SMALL_MODEL_BYTES
+
+
 def eligible(rt, backend) -> str | None:
     """Why the thread count is not fitted here, or None when it is."""
     if "threads" in rt.device_options:
@@ -108,7 +124,7 @@ def fit_threads(rt, backend, open_bucket) -> dict:
     buckets = list(rt.variant.buckets)
     warm = getattr(rt, "warmup_ms", {}) or {}
     slow = [(b.name, warm[b.name]) for b in buckets if getattr(b, "name", None) in warm
-            and warm[b.name] > WARMUP_SKIP_MS]
+            and warm[b.name] > WARMUP_SKIP_MS and not _small(rt, b)]
     if slow:      # a first call this slow: a model of milliseconds, not worth a timed call at load
         return {"threads": None, "why": f"bucket {slow[0][0]}'s warm-up call took {slow[0][1]:.1f} ms "
                                         f"(> {WARMUP_SKIP_MS:g} ms): the default thread count"}

@@ -135,6 +135,23 @@ def test_a_slow_warm_up_call_skips_the_timing():
 
 
 @pytest.mark.usefixtures("_cores")
+@pytest.mark.parametrize("size,timed", [(40_000, True), (tf.SMALL_MODEL_BYTES, False)])
+def test_a_small_model_is_timed_despite_a_slow_first_call(size, timed):
+    """A first call slowed by the backend's one-off set-up does not decide for a model whose files
+    are small (the manifest's byte counts): it is timed, and keeps one thread if one is as fast."""
+    rt = _rt(0.1)
+    for b in rt.variant.buckets:
+        b.name, b.file, b.extra_files = "b", "m.onnx", []
+    rt.artifact = SimpleNamespace(manifest={"files": {"m.onnx": {"sha256": "0" * 64, "bytes": size}}})
+    rt.warmup_ms = {"b": tf.WARMUP_SKIP_MS * 2}
+    rec = tf.fit_threads(rt, BACKEND, lambda b, opts: _Sess(0.1))
+    if timed:
+        assert rec["threads"] == 1 and rec["one_thread_ms"], rec
+    else:
+        assert rec["threads"] is None and "warm-up call took" in rec["why"] and rt._sessions[0].calls == 0
+
+
+@pytest.mark.usefixtures("_cores")
 @pytest.mark.parametrize("rt_kw,backend,env,why", [
     ({"options": {"threads": 2}}, BACKEND, None, "set"),
     ({}, SimpleNamespace(name="stub", options=[]), None, "no threads option"),
