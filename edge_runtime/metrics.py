@@ -69,14 +69,22 @@ class RuntimeMetrics:
         self._fallbacks: list[str] = []
 
     def ok(self, bucket: str, latency_ms: float, length: int | None, truncated: bool) -> None:
+        # Histogram.observe written out twice: every call pays this, two method calls are ~0.3 µs of it
         with self._lock:
             hist = self._latency.get(bucket)
             if hist is None:
                 hist = self._latency[bucket] = Histogram(LATENCY_BUCKETS_S)
-            hist.observe(latency_ms / 1000)
+            seconds = latency_ms / 1000
+            hist.counts[bisect.bisect_left(hist.bounds, seconds)] += 1
+            hist.sum += seconds
+            hist.count += 1
             if length is not None:
-                self._length.observe(length)
-            self._truncated += bool(truncated)
+                h = self._length
+                h.counts[bisect.bisect_left(h.bounds, length)] += 1
+                h.sum += length
+                h.count += 1
+            if truncated:
+                self._truncated += 1
 
     def length(self, length: int | None) -> None:
         """The length of an input that was prepared but then failed on the device."""

@@ -46,6 +46,7 @@ class CallPath:
     _workers: int
     _closed: bool
     _lock: Any
+    _consts: tuple | None = None     # (device, target, model, version) of every result, read on the first
 
     def infer(self, raw, *, deadline_ms: int | None = None, limits: dict | None = None,
               trace_id: str | None = None, options: dict | None = None) -> InferenceResult:
@@ -174,10 +175,14 @@ class CallPath:
         return out
 
     def _result(self, res, prepared, t0, trace_id) -> InferenceResult:
+        consts = self._consts
+        if consts is None:      # read once: the device, variant and model are fixed once sessions load
+            consts = self._consts = (self.device, self.variant.target, self.artifact.name, self.artifact.version)
+        device, target, model, version = consts
         return InferenceResult._make({
             "prediction": res.prediction, "scores": res.scores, "embedding": res.embedding,
-            "latency_ms": (time.perf_counter() - t0) * 1000, "device": self.device, "target": self.variant.target,
-            "model": self.artifact.name, "version": self.artifact.version, "trace_id": trace_id or new_trace_id(),
+            "latency_ms": (time.perf_counter() - t0) * 1000, "device": device, "target": target,
+            "model": model, "version": version, "trace_id": trace_id or new_trace_id(),
             "bucket": self._bucket_names[prepared.bucket], "truncated": prepared.truncated,
             "input_length": prepared.length, "outputs": res.outputs, "class_id": res.class_id, "top_k": res.top_k,
             "raw_outputs": res.raw_outputs, "detections": res.detections, "keypoints": res.keypoints,
