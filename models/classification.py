@@ -157,12 +157,9 @@ def code_table(dtype, zero_point: float, scale: float) -> list[float] | None:
     int8 output dequantizes through it in ~0.5 µs against ~3 µs for the three numpy calls.
     None for any other dtype."""
     dt = np.dtype(dtype)
-    if dt == np.uint8:
-        codes = np.arange(256, dtype=np.uint8)
-    elif dt == np.int8:
-        codes = np.concatenate([np.arange(128), np.arange(-128, 0)]).astype(np.int8)
-    else:
+    if dt not in (np.uint8, np.int8):
         return None
+    codes = np.arange(256, dtype=np.uint8).view(dt)     # int8: 0..127 then -128..-1
     return ((codes.astype(np.float32) - zero_point) * scale).tolist()
 
 

@@ -236,14 +236,14 @@ class ImageClassification(Task):
 
     def finish(self, outputs, prepared) -> TaskOutput:
         arr = outputs[self.output]
+        values = None       # a small output as Python floats (float32 values): the list path
         if self._codes is not None and arr.dtype == self._codes_dtype:
             codes = self._codes
-            label, class_id, scores, top = classify_values([codes[c] for c in arr.ravel().tolist()], self.labels,
-                                                           self.top_k, self.keys, True)
-            return TaskOutput(prediction=label, scores=scores, class_id=class_id, top_k=top)
-        if self._float_list and arr.dtype == np.float32:
-            label, class_id, scores, top = classify_values(arr.ravel().tolist(), self.labels, self.top_k,
-                                                           self.keys, True)
+            values = [codes[c] for c in arr.ravel().tolist()]
+        elif self._float_list and arr.dtype == np.float32:
+            values = arr.ravel().tolist()
+        if values is not None:
+            label, class_id, scores, top = classify_values(values, self.labels, self.top_k, self.keys, True)
             return TaskOutput(prediction=label, scores=scores, class_id=class_id, top_k=top)
         if self._out_q is not None and arr.dtype.kind in "iu":      # dequantize(), the spec read at load
             vals = ((arr.astype(np.float32) - self._out_q[0]) * self._out_q[1]).reshape(-1)

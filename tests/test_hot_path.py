@@ -322,13 +322,14 @@ def test_pool_hands_each_object_to_one_caller_and_never_stalls():
     errors: list[str] = []
 
     def work():
-        for _ in range(3000):
+        for i in range(3000):
             item = pool.acquire()
             with guard:
                 if id(item) in held:
                     errors.append("handed out twice")
                 held.add(id(item))
-            time.sleep(0) if _ % 7 == 0 else None
+            if i % 7 == 0:
+                time.sleep(0)           # give up the GIL while holding it: others must wait
             with guard:
                 held.discard(id(item))
             pool.release(item)
