@@ -45,6 +45,8 @@ class Watchdog:
     memory tracks the calls in flight, not the calls of the last deadline period."""
 
     COMPACT_AT = 1024
+    MAX_WAIT_S = 3600.0     # one wait's bound: a far deadline (deadline_ms=1e15, inf) is a wake-up an hour,
+    # never a timeout Condition.wait cannot take (over threading.TIMEOUT_MAX: OverflowError killed the thread)
 
     def __init__(self):
         self._lock = threading.Lock()           # arm/disarm take it directly (a C call, not the
@@ -97,7 +99,7 @@ class Watchdog:
                 wait = self._heap[0][0] - time.perf_counter()
                 if wait > 0:
                     self._wake_at = self._heap[0][0]
-                    self._cv.wait(wait)
+                    self._cv.wait(min(wait, self.MAX_WAIT_S))
                     continue
                 entry = heapq.heappop(self._heap)
                 token, entry[3], entry[2] = entry[2], False, None

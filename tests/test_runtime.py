@@ -31,6 +31,21 @@ def test_finished_calls_release_their_watchdog_entries():
     assert wd.pending() <= Watchdog.COMPACT_AT
 
 
+@pytest.mark.parametrize("far", [1e13, float("inf")], ids=["past-TIMEOUT_MAX", "inf"])
+def test_a_far_deadline_never_stops_the_watchdog(far):
+    """A deadline past ``threading.TIMEOUT_MAX`` (``deadline_ms=9.3e12``) made the thread's
+    ``Condition.wait`` raise ``OverflowError``: the watchdog died and every later deadline of the
+    process was ignored. It now waits at most ``MAX_WAIT_S`` at a time and still fires the next."""
+    from edge_runtime.watchdog import Watchdog
+
+    wd = Watchdog()
+    wd.arm(time.perf_counter() + far)
+    time.sleep(0.05)                                # the thread is now waiting on the far entry
+    token, entry = wd.arm(time.perf_counter() + 0.02)
+    time.sleep(0.3)
+    assert token.fired and wd._thread is not None and wd._thread.is_alive()
+
+
 def test_length_aware_routing(make_artifact):
     with er.load(make_artifact("text-classification", buckets=(8, 16)), device="fake") as rt:
         short = rt.infer("good movie")                      # 4 tokens
