@@ -131,6 +131,8 @@ def _as_array(value, name: str, spec: dict) -> np.ndarray:
         if value.dtype == dtype:
             return value
         if value.dtype.kind in "biuf" and np.can_cast(value.dtype, dtype, casting="same_kind"):
+            if not np.can_cast(value.dtype, dtype, casting="safe"):     # int64 300 would wrap to int8 44
+                _in_range(value, dtype, name)
             return value.astype(dtype)
         raise InputError(f"input {name!r} has dtype {value.dtype}, model wants {dtype}", code=ec.INPUT_WRONG_DTYPE)
     if isinstance(value, (list, tuple, int, float)) and not isinstance(value, bool):
@@ -142,9 +144,17 @@ def _as_array(value, name: str, spec: dict) -> np.ndarray:
             raise InputError(f"input {name!r} is not numeric", code=ec.INPUT_WRONG_TYPE)
         if dtype.kind in "iu" and arr.dtype.kind == "f":
             raise InputError(f"input {name!r} has floats, model wants {dtype}", code=ec.INPUT_WRONG_DTYPE)
-        if dtype.kind in "iu" and arr.size:
-            info = np.iinfo(dtype)
-            if arr.min() < info.min or arr.max() > info.max:
-                raise InputError(f"input {name!r} has values outside {dtype}", code=ec.INPUT_OUT_OF_RANGE)
+        _in_range(arr, dtype, name)
         return arr.astype(dtype)
     raise InputError(f"input {name!r}: expected an array, got {type(value).__name__}", code=ec.INPUT_WRONG_TYPE)
+
+
+def _in_range(arr: np.ndarray, dtype: np.dtype, name: str) -> None:
+    """Integer values must fit the model's integer dtype: a cast would wrap them silently
+    (uint8 200 fed to an int8 input as -56). Floats narrowing to float32 overflow to infinity,
+    which the non-finite check refuses."""
+    if dtype.kind in "iu" and arr.dtype.kind in "iub" and arr.size:
+        info = np.iinfo(dtype)
+        if int(arr.min()) < info.min or int(arr.max()) > info.max:
+            raise InputError(f"input {name!r} has values outside {dtype} ([{info.min}, {info.max}])",
+                             code=ec.INPUT_OUT_OF_RANGE)

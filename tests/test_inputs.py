@@ -124,12 +124,18 @@ def test_tensor_rejections(make_artifact):
             ({"x": [[1, 2], [3]], "k": good["k"]}, "input_wrong_type"),
             ({"x": "abcd", "k": good["k"]}, "input_wrong_type"),
             ({"x": good["x"], "k": [2**40, 1]}, "input_out_of_range"),
+            # an integer array of a wider dtype is range-checked like a list, never wrapped by the cast
+            ({"x": good["x"], "k": np.array([[2**40, 1]], np.int64)}, "input_out_of_range"),
+            ({"x": good["x"], "k": np.array([[2**31, 1]], np.uint32)}, "input_out_of_range"),
             ([1, 2, 3], "input_wrong_type"),
         ]
         for raw, code in bad:
             with pytest.raises(er.InputError) as ei:
                 rt.infer(raw)
             assert ei.value.code == code, (raw, ei.value.message)
+        # in range, a wider integer array is cast to the same values as the model's own dtype
+        wide = rt.infer({"x": good["x"], "k": np.array([[7, -3]], np.int64)}).outputs["y"]
+        assert np.array_equal(wide, rt.infer({"x": good["x"], "k": np.array([[7, -3]], np.int32)}).outputs["y"])
 
 
 def test_batch_limits_and_per_item_errors(text_rt):
