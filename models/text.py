@@ -158,6 +158,9 @@ class TextTask(Task):
     def _prepared(self, enc) -> Prepared:
         token_ids = enc.ids          # each attribute access converts from Rust: read once
         n = len(token_ids)
+        if n <= _FEW_TOKENS and _only_special(enc, n):
+            raise InputError("text has no tokens (only whitespace, control or zero-width characters)",
+                             code=ec.INPUT_EMPTY)
         truncated = n >= self.max_length and bool(enc.overflowing)
         for idx in self._order:
             if self.lengths[idx] >= n:
@@ -212,3 +215,13 @@ def load_text_samples(path) -> list[str]:
                 out.append(rec["text"])
         return out
     return [line for line in lines if line.strip()]
+
+
+_FEW_TOKENS = 4     # an encoding this short may be the special tokens alone ([CLS] [SEP])
+
+
+def _only_special(enc, n: int) -> bool:
+    """True when the tokenizer found nothing in the text: ``"\u200b"`` or NUL bytes pass
+    ``str.strip`` but normalise to no token, and their embedding would be that of an empty text."""
+    mask = getattr(enc, "special_tokens_mask", None)
+    return n == 0 or (mask is not None and all(mask))

@@ -52,6 +52,12 @@ def test_tokenization_and_routing_match_per_bucket_tokenizer(minilm_embedding_ar
             assert float(res.embedding @ ref_vec) > 0.97      # int8 vs fp32, one sentence
         res = rt.infer("word " * 300)
         assert res.bucket == "seq128" and res.truncated
+        # text that passes str.strip but that BERT's normaliser empties: no embedding of nothing
+        for empty in ("\u200b", "\x00\x00", "\u200b \u200c"):
+            with pytest.raises(er.InputError) as ei:
+                rt.infer(empty)
+            assert ei.value.code == "input_empty"
+        assert rt.infer("a\u200b").input_length == 3          # one real token is a text
 
 
 def test_embeddings_are_semantically_sane(minilm_embedding_artifact):
