@@ -70,21 +70,41 @@ def _read_text(source: str, lim: Limits) -> str:
     return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
 
 
+def _nesting(text: bytes, limit: int) -> None:
+    """Refuse a document whose brackets nest deeper than ``limit``; brackets inside strings
+    are text, not nesting (a short string of 40 ``[`` is a valid input)."""
+    cur = 0
+    in_str = escaped = False
+    for ch in text:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == 0x5C:        # backslash
+                escaped = True
+            elif ch == 0x22:        # closing quote
+                in_str = False
+        elif ch == 0x22:
+            in_str = True
+        elif ch == 0x5B or ch == 0x7B:      # [ {
+            cur += 1
+            if cur > limit:
+                raise _too_deep(limit)
+        elif ch == 0x5D or ch == 0x7D:      # ] }
+            cur -= 1
+
+
+def _too_deep(limit: int) -> InputError:
+    return InputError(f"JSON nested deeper than {limit} levels", code=ec.INPUT_TOO_DEEP)
+
+
 def _read_json_input(path: str, lim: Limits = DEFAULT_LIMITS):
     _file_size(path, lim)
     text = Path(path).read_bytes()
-    # refuse deep nesting before json builds it (json recursion would crash)
-    depth = cur = 0
-    for ch in text:
-        if ch in b"[{":
-            cur += 1
-            depth = max(depth, cur)
-            if depth > lim.max_json_depth:
-                raise InputError(f"JSON nested deeper than {lim.max_json_depth} levels", code=ec.INPUT_TOO_DEEP)
-        elif ch in b"]}":
-            cur -= 1
+    _nesting(text, lim.max_json_depth)      # before json builds it: its recursion would crash
     try:
         data = json.loads(text.decode("utf-8"))
+    except RecursionError:
+        raise _too_deep(lim.max_json_depth) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{path} is not valid JSON: {exc}", code=ec.INPUT_BAD_JSON) from None
     json_depth(data, lim.max_json_depth)

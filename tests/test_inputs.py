@@ -161,3 +161,11 @@ def test_deep_json_is_refused_by_the_cli_reader(tmp_path):
     p.write_text('{"text": "ok"')
     with pytest.raises(er.InputError):
         _read_json_input(str(p))
+    # brackets inside a string are text: neither nesting that refuses a short valid input, nor
+    # closers that hid the real depth from the scan (json's RecursionError escaped untyped)
+    p.write_text('{"inputs": "' + "[" * 40 + '\\"[{"}')
+    assert _read_json_input(str(p)) == "[" * 40 + '"[{'
+    p.write_text('["' + "]" * 100_000 + '", ' + "[" * 50_000 + "]" * 50_000 + "]")
+    with pytest.raises(er.InputError) as ei:
+        _read_json_input(str(p))
+    assert ei.value.code == "input_too_deep"
