@@ -11,6 +11,8 @@ Decoding always ends in 8-bit pixels, scaled, never truncated or wrapped:
 255/65535 and rounded; 16-bit RGB/RGBA PNGs come from PIL as their high byte;
 ``P`` with transparency, ``LA``, ``PA`` and ``RGBA`` drop their alpha (through
 RGBA, so a palette's colours are kept); CMYK JPEGs go through PIL's CMYK→RGB.
+An EXIF orientation (a phone photo stored sideways) is applied: pixels, sizes and a detector's
+boxes are those of the image as a viewer shows it.
 Pre-processing (resize, normalisation, the input tensor) is :mod:`.image`.
 """
 
@@ -128,11 +130,29 @@ def decode(raw, limits, mode: str):
                          code=ec.INPUT_TOO_MANY_PIXELS, limit=limits.max_image_pixels)
     try:
         img.load()
+        turn = _orientation(img)
         img = to_8bit(img)
-        return img if img.mode == mode else img.convert(mode)     # same mode: convert() would only copy
+        img = img if img.mode == mode else img.convert(mode)     # same mode: convert() would only copy
     except Exception as exc:
         raise InputError(f"image data is truncated or corrupt ({type(exc).__name__}: {exc})",
                          code=ec.INPUT_UNDECODABLE) from None
+    return img if turn is None else img.transpose(turn)
+
+
+# EXIF orientation (tag 0x0112) -> the PIL transpose that shows the image upright, as a viewer
+# does (PIL's Image.Transpose values; ImageOps.exif_transpose's table)
+_UPRIGHT = {2: 0, 3: 3, 4: 1, 5: 5, 6: 4, 7: 6, 8: 2}
+
+
+def _orientation(img) -> int | None:
+    """The transpose a phone photo's EXIF orientation asks for, or None (no EXIF, upright, or an
+    EXIF block PIL cannot parse: then the stored layout, as a viewer falls back to it)."""
+    if "exif" not in img.info:          # most images: one dict lookup
+        return None
+    try:
+        return _UPRIGHT.get(img.getexif().get(0x0112))
+    except Exception:
+        return None
 
 
 _WIDE_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")

@@ -327,6 +327,45 @@ def test_wide_and_alpha_modes_decode_by_scaling():
     assert px[0] > 200 and px[1] < 60 and px[2] < 60
 
 
+def _with_orientation(pixels: np.ndarray, tag: int | None, fmt: str = "PNG") -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    kw = {}
+    if tag is not None:
+        exif = Image.Exif()
+        exif[0x0112] = tag
+        kw["exif"] = exif.tobytes()
+    Image.fromarray(pixels).save(buf, format=fmt, **kw)
+    return buf.getvalue()
+
+
+def test_exif_orientation_is_applied_as_a_viewer_shows_the_image(coral_artifact):
+    """A phone photo stored sideways with its EXIF orientation decodes upright (PIL's own
+    ``exif_transpose``): the parrot stored rotated or mirrored, with the tag that undoes it, gives the
+    upright pixels exactly and the same answer; without the tag it is another image."""
+    from PIL import Image
+
+    from edge_runtime.limits import DEFAULT_LIMITS
+    from edge_runtime.models.image import decode
+
+    upright = np.asarray(Image.open(shared("coral", "parrot.jpg")).convert("RGB"))
+    stored = {6: np.rot90(upright, 1), 8: np.rot90(upright, -1), 3: upright[::-1, ::-1], 2: upright[:, ::-1]}
+    with er.load(coral_artifact) as rt:
+        want = rt.infer(upright)
+        for tag, pixels in stored.items():
+            data = _with_orientation(np.ascontiguousarray(pixels), tag)
+            np.testing.assert_array_equal(np.asarray(decode(data, DEFAULT_LIMITS, "RGB")), upright)
+            got = rt.infer(data)
+            assert (got.prediction, got.scores) == (want.prediction, want.scores), tag
+        sideways = np.asarray(decode(_with_orientation(np.ascontiguousarray(stored[6]), None), DEFAULT_LIMITS, "RGB"))
+        assert sideways.shape == stored[6].shape                  # no tag: the stored layout
+    # a JPEG's tag too, and an orientation PIL cannot read is the stored layout, not an error
+    jpeg = _with_orientation(np.ascontiguousarray(stored[6]), 6, "JPEG")
+    assert np.asarray(decode(jpeg, DEFAULT_LIMITS, "RGB")).shape == upright.shape
+    assert np.asarray(decode(_with_orientation(upright, 9, "JPEG"), DEFAULT_LIMITS, "RGB")).shape == upright.shape
+
+
 # -- 4. the classifier contract: checked at import and at load -----------------------
 
 @pytest.mark.parametrize("model,needle", [
