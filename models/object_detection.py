@@ -36,7 +36,9 @@ NEAR_MAX = 50
 # how each family's reference code feeds its input, the import default: (resize, pad/position)
 # (PIL's bilinear, antialiased when shrinking: a 1080-pixel photo into 300 pixels keeps its detail)
 FAMILY_INPUT: dict[str, tuple[str, dict[str, Any]]] = {"yolo": ("letterbox", {"resize": "bilinear", "pad": 114, "pad_position": "center"}),  # Ultralytics
-                "yolox": ("letterbox", {"resize": "bilinear", "pad": 114, "pad_position": "top-left"}),  # YOLOX
+                # YOLOX (since 0.2.0): BGR pixels 0..255, not normalised (its ValTransform, legacy=False)
+                "yolox": ("letterbox", {"resize": "bilinear", "pad": 114, "pad_position": "top-left",
+                                        "channel_order": "BGR", "scale": "1", "mean": "0", "std": "1"}),
                 "gfl": ("stretch", {"resize": "bilinear"}), "ssd-postprocess": ("stretch", {"resize": "bilinear"})}
 IMAGE_DTYPES = ("uint8", "int8", "float32")
 
@@ -190,7 +192,11 @@ class ObjectDetection(VisionTask):
         spec = model["inputs"][0]
         family = post.get("family") or guess_family(model["outputs"])
         resize, defaults = FAMILY_INPUT.get(family or "", ("stretch", {}))
+        if any(k in opts for k in ("scale", "mean", "std")):     # a stated normalisation replaces the family's
+            defaults = {k: v for k, v in defaults.items() if k not in ("scale", "mean", "std")}
         pre = vision_import_preprocess(spec, {**defaults, **opts}, warnings, resize=resize)
+        if "scale" in defaults and pre.get("normalisation_source") == "stated":
+            pre["normalisation_source"] = f"family {family}"
         if "box_units" not in post and (post.get("family") or guess_family(model["outputs"])) == "yolo":
             q = (model["outputs"][0].get("quantization") or {}) if len(model["outputs"]) == 1 else {}
             if q:   # a quantized output whose range ends near 1 holds normalised boxes (Ultralytics' TFLite)

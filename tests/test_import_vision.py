@@ -197,6 +197,26 @@ def test_a_float_onnx_imports_with_a_warning(tmp_path, caplog):
     assert res.target == "onnx-fp32" and res.outputs["output"].shape == (1, 3549, 85)
 
 
+def test_yolox_family_default_is_its_own_input_bgr_0_255(tmp_path):
+    """``--family yolox`` alone must give YOLOX's input (BGR pixels 0..255, top-left letterbox):
+    imported with the generic float default ([-1, 1], RGB) YOLOX-Nano found nothing on bus.jpg,
+    exit 0. A stated normalisation still replaces the family's."""
+    model = shared("detection", "yolox_nano", "yolox_nano.onnx")
+    labels = shared("detection", "nanodet", "coco.names")
+    from edge_runtime.converters.import_common import import_model
+
+    man = import_model(model, tmp_path / "x", task="object-detection", labels=labels, family="yolox")
+    pre = man["preprocess"]
+    assert (pre["scale"], pre["mean"], pre["std"], pre["channel_order"]) == (1.0, [0.0], [1.0], "BGR")
+    assert pre["normalisation_source"] == "family yolox" and pre["pad_position"] == "top-left"
+    with er.load(tmp_path / "x") as rt:
+        dets = rt.infer(str(shared("detection", "images", "bus.jpg"))).detections
+    assert [d["label"] for d in dets[:2]] == ["bus", "person"] and dets[0]["score"] > 0.85
+    man = import_model(model, tmp_path / "y", task="object-detection", labels=labels, family="yolox",
+                       scale="1/255")
+    assert man["preprocess"]["scale"] == 1 / 255 and man["preprocess"]["normalisation_source"] == "stated"
+
+
 def _tiny_onnx(path, dims):
     import onnx
     from onnx import TensorProto, helper
