@@ -80,13 +80,29 @@ def _guard(fn):
     def wrapper(*args, **kwargs):
         ctx = click.get_current_context()
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+            sys.stdout.flush()          # a closed pipe shows here, not in the interpreter's last flush
+            return out
+        except BrokenPipeError:
+            _reader_gone()
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:
             _fail(ctx, exc)
 
     return wrapper
+
+
+def _reader_gone():
+    """stdout's reader left (``edge-infer infer ... | head -3``): no error line, no traceback at
+    exit; the status a shell gives a command killed by SIGPIPE (141), so ``pipefail`` still sees it."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError:
+        pass
+    sys.exit(141)
 
 
 class DebugAnywhereGroup(click.Group):

@@ -100,3 +100,16 @@ def test_infer_tensors_from_json_file(make_artifact, tmp_path):
     f.write_text(json.dumps({"inputs": {"x": [[1, 2, 3]], "k": [[1, 2]]}}))
     proc = cli("infer", art, "--input", f)
     assert proc.returncode == 2 and "input_wrong_shape" in proc.stderr
+
+
+def test_a_reader_that_leaves_the_pipe_ends_the_command_quietly():
+    """``edge-infer infer ... | head -3``: the reader closes the pipe; the command ends with the
+    status a shell gives SIGPIPE (141), no ``error: BrokenPipeError`` line, no traceback."""
+    code = ("import click\nfrom edge_runtime.cli_common import _guard\n@click.command()\n@_guard\n"
+            "def c():\n    for _ in range(100000):\n        click.echo('x' * 100)\nc()\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.read(300)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141
+    assert "Error" not in err and "Traceback" not in err and "Exception ignored" not in err, err
