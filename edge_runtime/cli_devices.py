@@ -138,8 +138,11 @@ def _print_devices(d: dict) -> None:
             click.echo(f"  would fail: [{a['error']['code']}] {a['error']['message']}")
         if a.get("measured"):
             m, st = a["measured"], a["static"]
+            why = a["chosen"]["measured"] or ("the measured path cannot run here now: the static policy decides"
+                                              if m.get("decision") else
+                                              "no candidate met the parity budget here: the static policy decides")
             click.echo(f"  static policy would run: {st['target']} on {st['device']}; measured here "
-                       f"({m['created']}): {a['chosen']['measured']}")
+                       f"({m['created']}): {why}")
             for r in m["measured"]:
                 click.echo("    " + tune_row_text(r))
         elif a["chosen"] and a["device"] in (None, "auto"):
@@ -229,7 +232,7 @@ def tune_row_text(r: dict) -> str:
     if r.get("error"):
         code = r["error"] if isinstance(r["error"], str) else r["error"].get("code")
         return f"{head} failed [{code}]"
-    verdict = "pass" if r.get("passed") is not False else "UNDER"
+    verdict = "no budget" if r.get("passed") is None else "pass" if r["passed"] else "UNDER"
     if r.get("p_value") is not None:     # a share of a few probes: judged by its sampling error
         verdict += (f": {r['disagreements']} of {r['samples']} disagree, p={r['p_value']:.3f} at the budget"
                     + (" (within sampling error)" if r.get("passed") else ""))

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import click
@@ -31,7 +32,8 @@ from .cli_devices import tune_row_text
 def verify(artifact, device, require_device, device_option, all_paths, as_json):
     """Run the artifact's probe set here and compare with the fp32 results it keeps.
 
-    Exit 7 when the path chosen here measures parity under the artifact's budget.
+    Exit 7 when the path chosen here measures parity under the artifact's budget. A device
+    named with --device is verified there or not at all (exit 4, never a fallback).
 
     \b
     Examples:
@@ -42,7 +44,11 @@ def verify(artifact, device, require_device, device_option, all_paths, as_json):
 
     rep = verify_artifact(artifact, device=device, all_paths=all_paths,
                           load_kw={"strict": require_device, "device_options": device_options(device_option) or None})
-    emit(rep, as_json, _print_verify)
+    emit(json_safe(rep), as_json, _print_verify)
+    if rep.get("chosen_error"):         # --all: the chosen path did not load or run; the others are shown
+        e = rep["chosen_error"]
+        click.echo(f"error [{e['code']}]: {one_line(e['message'])}", err=True)
+        sys.exit(e["exit_code"])
     if rep["chosen"]["passed"] is False:
         err = refuse(rep["chosen"])
         click.echo(f"error [{err.code}]: {one_line(err.message)}", err=True)
@@ -56,8 +62,25 @@ def _print_verify(rep: dict) -> None:
         mark = "*" if r.get("chosen") else " "
         rec = f", recorded {r['recorded']:.4f}" if isinstance(r.get("recorded"), (int, float)) else ""
         click.echo(f"{mark} {tune_row_text(r)}{rec}" + (f"  on {r['device']}" if r.get("device") else ""))
+        if r.get("fallback"):
+            click.echo(f"    fallback: {r['fallback']} (measured on {r.get('device')})")
+    if rep.get("chosen_error"):
+        click.echo(f"chosen path: failed [{rep['chosen_error']['code']}]")
+        return
     verdict = {True: "pass", False: "UNDER BUDGET", None: "no budget recorded"}[rep["chosen"]["passed"]]
-    click.echo(f"chosen path ({rep['chosen']['decided_by']}): {verdict}")
+    on = f" on {rep['chosen']['device']}, after a fallback" if rep["chosen"].get("fallback") else ""
+    click.echo(f"chosen path ({rep['chosen']['decided_by']}): {verdict}{on}")
+
+
+def json_safe(value):
+    """The report with every non-finite float as null: ``--json`` is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 @click.command()
@@ -78,7 +101,24 @@ def tune(artifact, rounds, no_batch, no_save, as_json):
 
     progress = (lambda m: None) if as_json else (lambda m: click.echo(m, err=True))
     entry = run_tune(artifact, rounds=rounds, batch=not no_batch, save=not no_save, progress=progress)
-    emit(entry, as_json, _print_tune)
+    emit(json_safe(entry), as_json, _print_tune)
+    if not entry["decision"]:
+        err = _no_decision(entry)
+        click.echo(f"error [{err.code}]: {one_line(err.message)}", err=True)
+        sys.exit(err.exit_code)
+
+
+def _no_decision(entry: dict):
+    """Why tune kept nothing: a candidate measured under budget (exit 7), or none ran (exit 4)."""
+    from . import error_codes as ec
+    from .errors import DeviceError, ParityError
+    from .tune import rows_text
+
+    text = rows_text(entry)
+    if any(r.get("passed") is False and not r.get("error") for r in entry["rows"]):
+        return ParityError(f"no candidate path met the parity budget on the probe set here ({text}): device auto "
+                           "keeps the static policy", code=ec.PARITY_BELOW_BUDGET_HERE)
+    return DeviceError(f"no candidate path ran the probe set here ({text})", code=ec.DEVICE_LOAD_FAILED)
 
 
 def _print_tune(e: dict) -> None:

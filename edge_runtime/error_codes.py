@@ -249,7 +249,8 @@ MANIFEST_FIELD_INVALID: Final = _code("manifest_field_invalid", "artifact",
                                       "A manifest field has the wrong type or value.")
 PROBE_MISSING: Final = _code("probe_missing", "artifact",
                              "The artifact has no probe set to verify with (re-convert it with this edge-runtime).")
-PROBE_INVALID: Final = _code("probe_invalid", "artifact", "The artifact's probe set does not decode or does not match "
+PROBE_INVALID: Final = _code("probe_invalid", "artifact", "The artifact's probe set does not decode, holds no sample, "
+                             "holds a sample its task refuses, inflates past its recorded size, or does not match "
                              "its manifest.")
 MANIFEST_SHAPE_DYNAMIC: Final = _code("manifest_shape_dynamic", "artifact",
                                       "A tensor shape in the manifest is not static.")

@@ -148,6 +148,7 @@ def validate(data: Any) -> None:
         _check(variant, _VARIANT, where)
         _check(variant["quantization"], _QUANT, f"{where}.quantization")
         _check(variant["parity"], _PARITY, f"{where}.parity")
+        _check_budget(variant["parity"], f"{where}.parity")
         if not isinstance(variant.get("runtime", {}), dict):
             raise ArtifactError(f"{where}.runtime must be an object", file=MANIFEST_NAME,
                                 code=ec.MANIFEST_FIELD_INVALID)
@@ -179,6 +180,20 @@ def validate(data: Any) -> None:
         if isinstance(ref, str) and ref not in data["files"]:
             raise ArtifactError(f"{key} file {ref!r} is not listed in files", file=MANIFEST_NAME,
                                 code=ec.MANIFEST_FIELD_INVALID)
+
+
+def _check_budget(parity: dict, where: str) -> None:
+    """``parity.budget``, when present: null (an imported artifact records none) or a finite number
+    in [0, 1] (a bool is not one), the figure verify and tune hold the path to."""
+    import math
+
+    budget = parity.get("budget")
+    if budget is None:
+        return
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) \
+            or not 0.0 <= budget <= 1.0:
+        raise ArtifactError(f"field {where}.budget must be null or a number in [0, 1], got {budget!r}",
+                            file=MANIFEST_NAME, code=ec.MANIFEST_FIELD_INVALID)
 
 
 def _check_probe(data: dict) -> None:

@@ -25,12 +25,13 @@ def tuned_summary(entry: dict | None, choice) -> dict | None:
             "created": entry.get("created"), "cache_file": entry.get("cache_file")}
 
 
-def isa_note(manifest, hardware, device: str) -> dict:
+def isa_note(manifest, hardware, device: str, target: str | None = None, device_options: dict | None = None) -> dict:
     """Where the recorded parity was measured against where this runs: the int8 class of the
-    build host and of this device, and whether a verify has been run here."""
+    build host and of this device, and whether a verify of this path (device, variant, options)
+    has been run here, and its verdict."""
     built = ((manifest.get("build") or {}).get("host_info") or {})
     here = host.int8_class(hardware, device)
-    verified = tuning.lookup_verify(manifest.get("manifest_sha256"), hardware, device)
+    verified = tuning.lookup_verify(manifest.get("manifest_sha256"), hardware, device, target, device_options)
     note = {"built_on": built.get("int8_class"), "built_on_cpu": built.get("cpu"), "here": here,
             "verified_here": verified}
     if not built:
@@ -49,7 +50,11 @@ def isa_note(manifest, hardware, device: str) -> dict:
     return note
 
 
+_VERDICT = {True: "pass", False: "UNDER BUDGET", None: "no budget recorded"}
+
+
 def _verified_text(v: dict) -> str:
     missed = v.get("unverified_buckets")
-    return (f"{v.get('metric')} {v.get('value')} against budget {v.get('budget')} on {v.get('created')}"
+    verdict = _VERDICT.get(v.get("passed"), "no budget recorded")
+    return (f"{v.get('metric')} {v.get('value')} against budget {v.get('budget')}: {verdict}, on {v.get('created')}"
             + (f" (no probe reached bucket {', '.join(missed)}: not verified)" if missed else ""))

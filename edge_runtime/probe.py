@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from . import error_codes as ec
-from .errors import ArtifactError
+from .errors import ArtifactError, InputError
 
 INPUTS = "probe/inputs.npz"
 REFERENCE = "probe/reference.npz"
@@ -154,6 +154,11 @@ def build(samples: list, references: list, *, count: int = DEFAULT_COUNT, max_by
         kept_in.update(ins)
         kept_ref.update(refs)
         meta.append(m)
+    if samples and count > 0 and not meta:
+        # a probe set of no sample verifies nothing: verify and tune would refuse the artifact later
+        raise InputError(f"--probe-max-bytes {max_bytes} admits no probe sample (the first needs {size} bytes "
+                         "with its reference result); raise it, or --probe-samples 0 for no probe set",
+                         code=ec.CONVERT_REQUEST_INVALID)
     kept_ref["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
     section = {"inputs": INPUTS, "reference": REFERENCE, "samples": len(meta), "offered": len(samples),
                "max_samples": count, "max_bytes": max_bytes, "bytes": used, "source": source,
@@ -193,11 +198,26 @@ def _npy_fast(data: bytes) -> np.ndarray | None:
     return np.frombuffer(bytearray(body), dtype=dtype, count=count).reshape(shape)
 
 
-def _load_npz(blob: bytes) -> dict[str, np.ndarray]:
+# room for what the manifest's ``bytes`` does not count: each member's .npy header, the JSON of
+# the reference's "meta" beside the figure counted
+_NPY_OVERHEAD = 512
+_SLACK = 64 * 1024
+
+
+def _load_npz(blob: bytes, max_bytes: int | None = None) -> dict[str, np.ndarray]:
     """An ``.npz`` (``np.savez_compressed``) as ``{key: array}``, never unpickling: the plain arrays
-    by ``_npy_fast``, any other member by ``np.load(allow_pickle=False)``."""
+    by ``_npy_fast``, any other member by ``np.load(allow_pickle=False)``. With ``max_bytes``, a
+    file whose members declare more than that decompressed is refused before any is inflated
+    (a few hundred KB can hold gigabytes of zeros); ``zipfile`` never inflates a member past the
+    size it declares (a member that lies fails its CRC)."""
     out: dict[str, np.ndarray] = {}
     with zipfile.ZipFile(io.BytesIO(blob)) as zf:
+        infos = zf.infolist()
+        if max_bytes is not None:
+            declared = sum(i.file_size for i in infos)
+            if declared > max_bytes + _NPY_OVERHEAD * len(infos) + _SLACK:
+                raise ProbeTooLarge(f"its arrays take {declared} bytes decompressed, over the {max_bytes} bytes "
+                                    "the manifest records for the probe set")
         for name in zf.namelist():
             if not name.endswith(".npy"):
                 raise ValueError(f"{name!r} is not an array")
@@ -205,6 +225,20 @@ def _load_npz(blob: bytes) -> dict[str, np.ndarray]:
             arr = _npy_fast(data)
             out[name[:-4]] = arr if arr is not None else np.load(io.BytesIO(data), allow_pickle=False)
     return out
+
+
+class ProbeTooLarge(ValueError):
+    """A probe file that would decompress past the size its manifest records."""
+
+
+def _cap(section: dict) -> int:
+    """The decompressed bytes a probe file may hold: the recorded size of the set (inputs and
+    reference together), else its cap, else the default cap."""
+    for key in ("bytes", "max_bytes"):
+        n = section.get(key)
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+            return n
+    return DEFAULT_MAX_BYTES
 
 
 def section_of(manifest) -> dict | None:
@@ -220,9 +254,10 @@ def read(artifact) -> ProbeSet:
         raise ArtifactError("the artifact has no probe set (converted before edge-runtime kept one, or imported): "
                             "re-convert it to verify it on this machine", file="manifest.json",
                             code=ec.PROBE_MISSING)
+    cap = _cap(section)
     try:
-        inputs = _decode_inputs(_load_npz(artifact.read_bytes(section["inputs"])))
-        arrays = _load_npz(artifact.read_bytes(section["reference"]))
+        inputs = _decode_inputs(_load_npz(artifact.read_bytes(section["inputs"]), cap))
+        arrays = _load_npz(artifact.read_bytes(section["reference"]), cap)
         meta = json.loads(arrays.pop("meta").tobytes().decode("utf-8"))
         reference = _decode_outputs(arrays, meta)
     except ArtifactError:
@@ -233,4 +268,8 @@ def read(artifact) -> ProbeSet:
     if len(inputs) != len(reference) or len(inputs) != section.get("samples"):
         raise ArtifactError(f"probe set holds {len(inputs)} inputs and {len(reference)} references, the manifest "
                             f"says {section.get('samples')}", file=section["inputs"], code=ec.PROBE_INVALID)
+    if not inputs:
+        raise ArtifactError("the probe set holds no sample (converted with a --probe-max-bytes no sample fits in): "
+                            "nothing to verify or tune with; re-convert it with a larger --probe-max-bytes",
+                            file=section["inputs"], code=ec.PROBE_INVALID)
     return ProbeSet(inputs, reference, dict(section))

@@ -68,8 +68,10 @@ class Runtime(CallPath):
         self.tuned = self._tuned(path, device, tune, tuned_for, limits, workers, isolate)
         self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target,
                              measured=tuning.measured_choice(self.tuned, tuned_for))
-        if self.choice.decided_by == "measurement" and device_options is None and self.tuned is not None:
-            device_options = dict(self.tuned["decision"][tuned_for]["device_options"]) or None
+        # the measured path runs with the options it was measured with, under the caller's own keys
+        # ({} from a CLI without --device-option, or Ray's threads, kept the measured precision out)
+        if self.choice.decided_by == "measurement" and self.tuned is not None:
+            device_options = {**self.tuned["decision"][tuned_for]["device_options"], **(device_options or {})} or None
         backend = registry.get_backend(self.choice.backend_name)
         # validated before anything is read or built: the caller's options (an unknown key or a bad
         # value is an InputError naming the valid ones) over the ones the converter measured and recorded
@@ -157,7 +159,7 @@ class Runtime(CallPath):
             raise
         # every file of the artifact is now hashed: the chosen variant's before it loaded, the rest meanwhile
         self.artifact = self.artifact.replace(verified=True, verify_ms=self.verify_ms)
-        self.isa = isa_note(man, self.hardware, self.device)
+        self.isa = isa_note(man, self.hardware, self.device, self.variant.target, dict(self.device_options))
         self.verified_here: dict | None = None
         if verify:
             self._verify_here()
@@ -173,9 +175,19 @@ class Runtime(CallPath):
         t = time.perf_counter()
         entry = tuning.lookup(self.artifact.manifest.get("manifest_sha256"), self.hardware)
         if entry is None and tune:
-            entry = tuning.tune(path, hardware=self.hardware, load_kw={"limits": limits, "workers": workers,
-                                                                        "isolate": isolate})
+            try:
+                entry = tuning.tune(path, hardware=self.hardware, load_kw={"limits": limits, "workers": workers,
+                                                                            "isolate": isolate})
+            except ArtifactError as exc:
+                if exc.code != ec.PROBE_MISSING:
+                    raise
+                # nothing to measure with (an imported artifact): auto keeps the static policy
+                log.warning("%s: tune=True measured nothing: %s; device auto keeps the static policy",
+                            self.artifact.root, exc.message)
         self.tune_lookup_ms = (time.perf_counter() - t) * 1000
+        if entry is not None and not entry.get("decision"):
+            log.warning("%s: tune found no path within the parity budget here (%s); device auto keeps the static "
+                        "policy, measured as the others", self.artifact.root, tuning.rows_text(entry))
         return entry
 
     def _verify_here(self) -> None:
@@ -191,7 +203,8 @@ class Runtime(CallPath):
         if "pipeline" not in self.warmup_ms and row.get("first_ms") is not None:
             self.warmup_ms["pipeline"] = row["first_ms"]      # the verify's first call warmed the path
         tuning.remember_verify(self.artifact.manifest.get("manifest_sha256"), self.hardware, row)
-        self.isa = isa_note(self.artifact.manifest, self.hardware, self.device)
+        self.isa = isa_note(self.artifact.manifest, self.hardware, self.device, self.variant.target,
+                            dict(self.device_options))
         if row["passed"] is False:
             self.close()
             raise refuse(row)

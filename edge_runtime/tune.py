@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -28,9 +30,11 @@ from typing import Any
 import numpy as np
 
 from . import host
-from .errors import EdgeRuntimeError
+from .errors import ArtifactError, EdgeRuntimeError
 
 PURPOSES = ("latency", "throughput")
+log = logging.getLogger("edge_runtime")
+_warned: set[str] = set()
 
 
 def cache_root() -> Path:
@@ -63,7 +67,95 @@ def lookup(seal: str | None, hw, kind: str = "tune") -> dict | None:
         return None
     if not isinstance(entry, dict) or entry.get("key") != key:    # a hash clash or a stale format
         return None
+    bad = (_tune_problem if kind == "tune" else _verify_problem)(entry)
+    if bad:         # damaged or hand-edited: a miss (measure again), never a load that breaks
+        where = str(_path(kind, key["digest"]))
+        if where + bad not in _warned:
+            _warned.add(where + bad)
+            log.warning("ignoring the cached %s entry %s: %s (edge-infer %s measures it again)", kind, where, bad,
+                        kind)
+        return None
     return entry
+
+
+# -- what a cached entry must hold before anything reads it -------------------------
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _tune_problem(entry: dict) -> str | None:
+    """Why a tune entry cannot be used (None: it can): the decision's paths and options (checked
+    against the backend's declared options, so a damaged value is the cache's fault, not the
+    caller's), and the rows ``devices --artifact`` and ``rt.info()`` show."""
+    decision = entry.get("decision")
+    if not isinstance(decision, dict):
+        return "its decision is not an object"
+    for purpose, d in decision.items():
+        if purpose not in PURPOSES:
+            return f"unknown purpose {purpose!r}"
+        if not isinstance(d, dict) or not all(isinstance(d.get(k), str) for k in ("target", "backend", "why")):
+            return f"the {purpose} decision lacks its target, backend or reason"
+        if not isinstance(d.get("device_options"), dict):
+            return f"the {purpose} decision's device_options is not an object"
+        bad = _options_problem(d["backend"], d["device_options"])
+        if bad:
+            return f"the {purpose} decision's device options: {bad}"
+    static = entry.get("static")
+    if static is not None and not isinstance(static, dict):
+        return "its static choice is not an object"
+    rows = entry.get("rows", [])
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and _row_problem(r) is None for r in rows):
+        return "its measured rows are malformed"
+    return None
+
+
+_ROW_NUMBERS = ("value", "budget", "latency_ms_median", "batch_items_per_s", "p_value", "recorded")
+
+
+def _row_problem(r: dict) -> str | None:
+    if not isinstance(r.get("target"), str) or not isinstance(r.get("backend"), str):
+        return "no target or backend"
+    if not isinstance(r.get("device_options") or {}, dict):
+        return "device_options"
+    if any(r.get(k) is not None and not _num(r[k]) for k in _ROW_NUMBERS):
+        return "a figure is not a number"
+    if r.get("p_value") is not None and not (_num(r.get("disagreements")) and _num(r.get("samples"))):
+        return "p_value without its counts"
+    err = r.get("error")
+    if err is not None and not (isinstance(err, str) or isinstance(err, dict) and isinstance(err.get("code"), str)):
+        return "error"
+    if not isinstance(r.get("unverified_buckets") or [], list):
+        return "unverified_buckets"
+    return None
+
+
+def _options_problem(backend: str, options: dict) -> str | None:
+    """The backend's own validation of cached options (a backend not installed here is no
+    problem of the entry's: ``measured_choice`` then finds the path gone)."""
+    from edge_runtime.devices import registry
+
+    from .errors import InputError
+
+    try:
+        declared = registry.get_backend(backend).options
+    except Exception:  # noqa: BLE001 - not registered here: the policy decides at load
+        return None
+    from edge_runtime.devices.base import resolve_options
+
+    try:
+        resolve_options(declared, options, backend)
+    except InputError as exc:
+        return exc.message
+    except EdgeRuntimeError:
+        return None     # an environment problem of this machine, reported when the path loads
+    return None
+
+
+def _verify_problem(entry: dict) -> str | None:
+    paths = entry.get("paths")
+    if not isinstance(paths, dict) or not all(isinstance(v, dict) for v in paths.values()):
+        return "its paths are not objects"
+    return None
 
 
 def store(seal: str, hw, entry: dict, kind: str = "tune") -> Path:
@@ -80,7 +172,7 @@ def measured_choice(entry: dict | None, purpose: str = "latency"):
     """A ``selection.Measured`` hook that picks the cached decision's row (None: keep the policy)."""
     if not entry:
         return None
-    decision = entry.get("decision", {}).get(purpose)
+    decision = (entry.get("decision") or {}).get(purpose)
     if not decision:
         return None
 
@@ -132,6 +224,10 @@ def tune(path, *, hardware=None, rounds: int = 3, batch: bool = True, progress=l
             continue
         try:
             row.update(verify_runtime(rt, probe))      # parity (and a first latency figure)
+        except ArtifactError:       # the probe set's fault (a sample its task refuses), not this candidate's
+            for _, other, _ in [*live, (row, rt, [])]:
+                other.close()
+            raise
         except EdgeRuntimeError as exc:
             row.update(error=exc.to_dict(), passed=False)
             rt.close()
@@ -162,6 +258,9 @@ def tune(path, *, hardware=None, rounds: int = 3, batch: bool = True, progress=l
         if best is not None:
             decision[purpose] = {"target": best["target"], "backend": best["backend"],
                                  "device_options": best["device_options"], "why": _why(best, rows, purpose)}
+    if not decision:
+        progress("tune: NO candidate met the parity budget here: device auto keeps the static policy "
+                 f"({rows_text({'rows': rows})})")
     entry = {"artifact": str(Path(path).resolve()), "model": art.name, "version": art.version, "seal": seal,
              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "here": host.host_record(hw),
              "static": static, "decision": decision, "rows": rows, "rounds": rounds,
@@ -202,29 +301,48 @@ def _why(best: dict, rows: list[dict], purpose: str) -> str:
            f"budget ({shown})"
 
 
+def rows_text(entry: dict) -> str:
+    """Each measured candidate in a few words: path and parity verdict (or its error)."""
+    return "; ".join(f"{r['target']} on {r['backend']}{_opts(r)}: "
+                     + (f"failed ({r['error'] if isinstance(r['error'], str) else r['error'].get('code')})"
+                        if r.get("error") else
+                        f"{r.get('metric', 'parity')} {r.get('value')}, "
+                        + {True: "pass", False: "UNDER BUDGET"}.get(r.get("passed"), "no budget"))
+                     for r in entry.get("rows") or []) or "no candidate ran"
+
+
 def _opts(row: dict) -> str:
     opts = {k: v for k, v in (row.get("device_options") or {}).items()}
     return f" {opts}" if opts else ""
 
 
 # -- what verify found here (the ISA note at load says whether one ran) ------------
+def verify_key(device: str, target: str | None, device_options: dict | None) -> str:
+    """One measured path: the device, the variant and the options it ran with (a bf16 verify
+    says nothing of an f32 load on the same device, nor one variant of another)."""
+    opts = json.dumps(dict(device_options or {}), sort_keys=True, default=str)
+    return f"{device} {target} {opts}"
+
+
 def remember_verify(seal: str | None, hw, row: dict) -> None:
-    """Keep a verify's figures for this artifact on this machine (best effort: a read-only
-    cache dir is not an error)."""
-    if not seal:
+    """Keep a verify's figures for this artifact on this machine, passed or not (best effort: a
+    read-only cache dir is not an error)."""
+    if not seal or not row.get("device"):
         return
     entry = lookup(seal, hw, kind="verify") or {"paths": {}}
-    entry["paths"][row["device"]] = {"target": row["target"], "backend": row["backend"], "metric": row.get("metric"),
-                                     "value": row.get("value"), "budget": row.get("budget"),
-                                     "passed": row.get("passed"),
-                                     "unverified_buckets": row.get("unverified_buckets") or [],
-                                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    key = verify_key(row["device"], row.get("target"), row.get("device_options"))
+    entry["paths"][key] = {"target": row.get("target"), "backend": row.get("backend"), "device": row["device"],
+                           "device_options": dict(row.get("device_options") or {}), "metric": row.get("metric"),
+                           "value": row.get("value"), "budget": row.get("budget"), "passed": row.get("passed"),
+                           "samples": row.get("samples"), "unverified_buckets": row.get("unverified_buckets") or [],
+                           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         store(seal, hw, {"paths": entry["paths"]}, kind="verify")
-    except OSError:
+    except (OSError, ValueError):
         pass
 
 
-def lookup_verify(seal: str | None, hw, device: str) -> dict | None:
+def lookup_verify(seal: str | None, hw, device: str, target: str | None = None,
+                  device_options: dict | None = None) -> dict | None:
     entry = lookup(seal, hw, kind="verify")
-    return (entry or {}).get("paths", {}).get(device)
+    return (entry or {}).get("paths", {}).get(verify_key(device, target, device_options))

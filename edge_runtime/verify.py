@@ -20,13 +20,25 @@ import numpy as np
 
 from . import error_codes as ec
 from . import host
-from .errors import EdgeRuntimeError, ParityError
+from .errors import ArtifactError, EdgeRuntimeError, InputError, ParityError
 from .probe import ProbeSet, read
 
 
 def _row_base(rt) -> dict:
+    # fallback: the device asked for was not the one measured (None when it was)
     return {"target": rt.variant.target, "backend": rt.choice.backend_name, "device": rt.device,
-            "device_options": dict(rt.device_options)}
+            "device_options": dict(rt.device_options), "fallback": rt.choice.fallback}
+
+
+def _run_probe(rt, probe: ProbeSet, i: int, raw):
+    """One probe sample through ``rt.infer``. The probe set is the artifact's, not the caller's
+    input: a sample the task refuses (not an image, over a limit) is a broken probe set."""
+    try:
+        return rt.infer(raw)
+    except InputError as exc:
+        raise ArtifactError(f"probe sample {i} of {len(probe.inputs)} is refused by the "
+                            f"{rt.artifact.manifest.task} task's input path: {exc.message} [{exc.code}]",
+                            file=probe.section.get("inputs"), code=ec.PROBE_INVALID, sample=i, cause=exc.code) from None
 
 
 def verify_runtime(rt, probe: ProbeSet | None = None, *, rounds: int = 1) -> dict:
@@ -37,12 +49,15 @@ def verify_runtime(rt, probe: ProbeSet | None = None, *, rounds: int = 1) -> dic
     buckets no probe reached: their models did not run), ``ms`` (the whole verify)."""
     t0 = time.perf_counter()
     probe = probe if probe is not None else read(rt.artifact)
+    if not probe.inputs:        # read() refuses it; a ProbeSet built elsewhere may still be empty
+        raise ArtifactError("the probe set holds no sample: nothing to verify with", file=probe.section.get("inputs"),
+                            code=ec.PROBE_INVALID)
     results: list[Any] = []
     lat: list[float] = []
     for r in range(max(1, rounds)):
-        for raw in probe.inputs:
+        for i, raw in enumerate(probe.inputs):
             t = time.perf_counter()
-            res = rt.infer(raw)
+            res = _run_probe(rt, probe, i, raw)
             lat.append((time.perf_counter() - t) * 1000)
             if r == 0:
                 results.append(res)
@@ -94,8 +109,9 @@ def holds(figures: dict, budget: float | None) -> bool:
 
 
 def refuse(row: dict) -> ParityError:
-    return ParityError(f"on {row['device']} the {row['target']} variant measures {row['metric']} "
-                       f"{row['value']:.4f} on the probe set, under its budget {row['budget']}"
+    value = f"{row['value']:.4f}" if isinstance(row.get("value"), (int, float)) else "no figure"
+    return ParityError(f"on {row['device']} the {row['target']} variant measures {row.get('metric')} "
+                       f"{value} on the probe set, under its budget {row['budget']}"
                        + (f" ({row['disagreements']} of {row['samples']} probes disagree: p={row['p_value']:.3f} "
                           f"for a path at the budget)" if row.get("p_value") is not None else "")
                        + f" (recorded at convert time: {row['recorded']})", code=ec.PARITY_BELOW_BUDGET_HERE,
@@ -123,33 +139,101 @@ def candidate_paths(art, hardware) -> list[dict]:
 def verify_artifact(path, *, device: str = "auto", all_paths: bool = False, hardware=None,
                     load_kw: dict | None = None) -> dict:
     """``{"chosen": row, "rows": [row, ...], "passed": bool, ...}``: the path ``load`` picks here,
-    and with ``all_paths`` every other one too (a row whose load or run fails carries ``error``)."""
-    from .runtime import load
+    and with ``all_paths`` every other one too (a row whose load or run fails carries ``error``).
+
+    A device named here is never certified by another: its load is strict (``DeviceError``,
+    exit 4, rather than a fallback). With ``all_paths`` a chosen path that does not load or run
+    is an error row and the other paths are still measured (``chosen_error``: the error). Each
+    measured row is kept for the ISA note at later loads (``tune.remember_verify``)."""
+    from . import tune as tuning
 
     kw = dict(load_kw or {})
+    if device not in (None, "auto"):
+        kw["strict"] = True
+    failed: EdgeRuntimeError | None = None
+    try:
+        chosen, art, hw, info, probe = _verify_chosen(path, device, hardware, kw)
+    except EdgeRuntimeError as exc:
+        if not all_paths:
+            raise
+        failed = exc
+        chosen, art, hw, info, probe = _chosen_failed(path, device, hardware, exc)
+    seal = art.manifest.get("manifest_sha256")
+    rows = [chosen]
+    if all_paths:
+        for cand in candidate_paths(art, hw):
+            if "error" not in chosen and (cand["target"], cand["backend"]) == (chosen["target"], chosen["backend"]) \
+                    and same_options(cand["device_options"], chosen["device_options"]):
+                continue
+            row = _verify_one(path, cand, hw, probe, kw)
+            if not any(_same_row(r, row) for r in rows):
+                rows.append(row)    # a hint resolving to a path already run (the recorded precision): not repeated
+    for row in rows:
+        if "error" not in row:
+            tuning.remember_verify(seal, hw, row)
+    out = {"artifact": info["artifact"], "model": info["model"], "version": info["version"], "seal": seal,
+           "probe_samples": len(probe.inputs), "built_on": (info.get("isa") or {}).get("built_on"),
+           "here": host.cpu_int8_class(hw), "rows": rows, "chosen": chosen,
+           "passed": chosen["passed"] is not False}
+    if failed is not None:
+        out["chosen_error"] = {**failed.to_dict(), "exit_code": failed.exit_code}
+    return out
+
+
+def _verify_chosen(path, device, hardware, kw):
+    from .runtime import load
+
     rt = load(path, device=device, hardware=hardware, **kw)
     try:
         probe = read(rt.artifact)
         chosen = verify_runtime(rt, probe)
         chosen.update(chosen=True, decided_by=rt.choice.decided_by)
-        art, hw, seal = rt.artifact, rt.hardware, rt.artifact.manifest.get("manifest_sha256")
-        info = rt.info()
+        return chosen, rt.artifact, rt.hardware, rt.info(), probe
     finally:
         rt.close()
-    rows = [chosen]
-    if all_paths:
-        for cand in candidate_paths(art, hw):
-            if (cand["target"], cand["backend"]) == (chosen["target"], chosen["backend"]) and \
-                    same_options(cand["device_options"], chosen["device_options"]):
-                continue
-            row = _verify_one(path, cand, hw, probe, kw)
-            if not any((r["target"], r["backend"]) == (row["target"], row["backend"]) and "error" not in r
-                       and same_options(r["device_options"], row["device_options"]) for r in rows):
-                rows.append(row)    # a hint that resolved to a path already run (the recorded precision) is not repeated
-    return {"artifact": info["artifact"], "model": info["model"], "version": info["version"], "seal": seal,
-            "probe_samples": len(probe.inputs), "built_on": info.get("isa", {}).get("built_on"),
-            "here": host.cpu_int8_class(hw), "rows": rows, "chosen": chosen,
-            "passed": chosen["passed"] is not False}
+
+
+def _chosen_failed(path, device, hardware, exc: EdgeRuntimeError):
+    """``verify --all`` when the chosen path does not load or run: an error row in its place (the
+    error is raised by the CLI once the other rows are shown); the artifact, the hardware and
+    the probe set read without a runtime."""
+    from pathlib import Path
+
+    from . import hardware as hw_probe
+    from .artifact import load_artifact, verify_files
+
+    art = load_artifact(path, verify=False)
+    hw = hardware if hardware is not None else hw_probe.detect_cached()
+    section = (art.manifest.get("probe") or {}) if isinstance(art.manifest.get("probe"), dict) else {}
+    verify_files(art, [f for f in (section.get("inputs"), section.get("reference")) if isinstance(f, str)])
+    probe = read(art)
+    chosen = {**_static_choice(art, hw, device), "device_options": {}, "chosen": True, "error": exc.to_dict(),
+              "passed": False}
+    info = {"artifact": str(Path(art.root).resolve()), "model": art.manifest.name,
+            "version": art.manifest["model"]["version"], "isa": None}
+    return chosen, art, hw, info, probe
+
+
+def _static_choice(art, hw, device) -> dict:
+    """The path the policy picks for a row whose runtime never loaded (``?`` when none can)."""
+    from .selection import choose
+
+    try:
+        c = choose(art.manifest["variants"], hw, device=device)
+    except EdgeRuntimeError:
+        return {"target": "?", "backend": "?", "device": device, "decided_by": "policy"}
+    return {"target": c.variant["target"], "backend": c.backend_name, "device": c.suitability.device,
+            "decided_by": c.decided_by}
+
+
+def _same_row(a: dict, b: dict) -> bool:
+    """One path (and, for error rows, one error) already in the table."""
+    if (a["target"], a["backend"]) != (b["target"], b["backend"]) or \
+            not same_options(a.get("device_options") or {}, b.get("device_options") or {}):
+        return False
+    if "error" in a or "error" in b:
+        return ("error" in a) == ("error" in b) and a.get("error", {}).get("code") == b.get("error", {}).get("code")
+    return True
 
 
 def same_options(a: dict, b: dict) -> bool:
