@@ -100,12 +100,15 @@ def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, co
         return
     if fmt == "parquet":
         raise InputError("--format parquet needs --engine ray", code=ec.INPUT_INVALID)
-    with load(artifact, device=device, strict=require_device, device_options=device_options(device_option)) as rt:
+    # a tune's throughput decision (batches are throughput work), the policy without one
+    with load(artifact, device=device, strict=require_device, device_options=device_options(device_option),
+              tuned_for="throughput") as rt:
         cap = 4 * rt.limits.max_request_bytes + 65536       # a JSON line may escape its text
         records = read_records(input_path, fmt, field=field or type(rt.task).score_field,
                                id_field=id_field, cap=cap)
         job = None if to_stdout else job_identity(rt, records.source, deadline_ms=deadline_ms)
-        progress = Progress(count_records(input_path, fmt), sys.stderr, enabled=not quiet)
+        total = None if quiet else count_records(input_path, fmt, cap=cap)    # None for a pipe: read once
+        progress = Progress(total, sys.stderr, enabled=not quiet)
         summary = score(rt, records, "-" if to_stdout else Path(output), batch_size=32 if batch_size is None else batch_size,
                         concurrency=concurrency, resume=resume, force=force, deadline_ms=deadline_ms,
                         progress=progress, job=job,

@@ -158,12 +158,12 @@ class EdgeScorer:
             opts["threads"] = self.threads
         try:
             return load(artifact, device=device, target=target, strict=strict, device_options=opts,
-                        verify=verify)
+                        verify=verify, tuned_for="throughput")
         except InputError as exc:    # a backend with no ``threads`` option (an accelerator): its defaults
             if not (sized and exc.code == ec.DEVICE_OPTION_UNKNOWN):
                 raise
         return load(artifact, device=device, target=target, strict=strict, device_options=device_options or None,
-                    verify=verify)
+                    verify=verify, tuned_for="throughput")
 
     def __call__(self, batch: dict) -> dict:
         from .score import _dump, _run_batch

@@ -19,7 +19,12 @@ Output is JSONL, one complete line per input::
 Lines are written a batch at a time in one write and flushed (fsync at most
 once a second), so a crash or ``kill -9`` leaves a prefix of complete lines
 plus at most one partial line. ``out`` ``"-"`` writes the lines to stdout
-(no job record, no resume).
+(no job record, no resume). An ``out`` (or its job record) that exists and is
+not a regular file (a device, a FIFO, a folder, a dangling link), or that is the
+input itself (the same path, a symlink or a hard link to it), is refused before
+anything is written or removed (``InputError`` ``input_invalid``, exit 2), as is
+an ``out`` that cannot be created (``score_job.check_output``, ``output_error``).
+Each line is valid UTF-8 and strict JSON whatever its id holds (``score_lines``).
 
 The job record. Before the first line, ``OUT.job.json`` (``job_path``) is
 written atomically (a temporary file, fsync, rename)::
@@ -77,7 +82,7 @@ from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
 from .score_inputs import Record
 from .score_job import (JOB_SCHEMA, _write_job, check_resume_options, job_differences, job_identity, job_path,
-                        prepare_output)
+                        output_error, prepare_output)
 from .score_lines import _dump, _jsonable
 from .score_progress import Progress
 from .score_summary import LATENCY_BASIS, Summary, verdict
@@ -104,6 +109,25 @@ def _run_batch(rt, batch: list[Record], deadline_ms):
     return [(r, outcomes[r.index]) for r in batch]
 
 
+def _start_output(out: Path, job: dict | None) -> None:
+    """Create ``out``'s folder and write the job record (``job``, when starting over: before the
+    first line, so a resume can always check it). An ``OSError`` (no such folder, no permission) is
+    the caller's ``-o``: an ``InputError`` naming the path."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if job is not None:
+            _write_job(job_path(out), job)
+    except OSError as exc:
+        raise output_error(out, exc) from None
+
+
+def _append_to(out: Path):
+    try:
+        return open(out, "ab")
+    except OSError as exc:
+        raise output_error(out, exc) from None
+
+
 def score(rt, records, out, *, batch_size: int = 32, concurrency: int = 2, resume: bool = False,
           force: bool = False, deadline_ms: int | None = None, progress: Progress | None = None,
           job: dict | None = None, stream=None) -> Summary:
@@ -122,10 +146,8 @@ def score(rt, records, out, *, batch_size: int = 32, concurrency: int = 2, resum
         out = Path(out)
         if job is None:
             job = job_identity(rt, getattr(records, "source", None), deadline_ms=deadline_ms)
-        skip = prepare_output(out, resume, force, summary, job)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if skip == 0:
-            _write_job(job_path(out), job)      # before the first line: a resume can always check it
+        skip = prepare_output(out, resume, force, summary, job)     # refuses a device, a folder, the input
+        _start_output(out, job if skip == 0 else None)
     last_id, last_line = summary.last_id, summary.last_line
     rt.warm_batch()                      # the throughput path's compile is load time, not scoring time
     t0 = time.perf_counter()
@@ -136,7 +158,7 @@ def score(rt, records, out, *, batch_size: int = 32, concurrency: int = 2, resum
         fh = stream if stream is not None else sys.stdout.buffer
         owned = False
     else:
-        fh = open(out, "ab")
+        fh = _append_to(out)
         owned = True
     seen = 0
     try:
@@ -155,7 +177,7 @@ def score(rt, records, out, *, batch_size: int = 32, concurrency: int = 2, resum
                         if line["ok"]:
                             summary.latencies_ms.append(line["result"]["latency_ms"])
                         lines.append(text)
-                    fh.write(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+                    fh.write(("\n".join(lines) + "\n").encode("utf-8"))   # _dump escapes lone surrogates
                     fh.flush()
                     if owned and time.perf_counter() - last_sync >= 1.0:
                         os.fsync(fh.fileno())

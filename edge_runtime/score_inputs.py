@@ -18,7 +18,15 @@ Ids and line numbers:
 A JSONL/CSV record without an id of its own (an unparsable line, an object
 without the id field, a row whose id cell is missing or empty) gets ``id``
 ``None``, never its line number: a line number could collide with a real id.
-Its ``line`` says where it was.
+Its ``line`` says where it was. A JSONL id JSON cannot write as it is (an
+object, a list, NaN or infinity) is its JSON text (``'{"a": 1}'``, ``"NaN"``).
+
+A blank JSONL line (empty or white space only) is no record: it gets no
+index and no output line (``line`` still counts it). A blank line of a text
+input is one (an empty text, rejected as ``input_empty``): there the line is
+the input. A UTF-8 byte order mark at the start of a file (Excel's CSV) is
+dropped. The input may be a pipe or a FIFO (``<(...)``, ``/dev/stdin``): it is
+read once (``count_records`` says None rather than read it twice).
 
 ``input_fingerprint`` identifies an input for ``score --resume``: size and
 sha256 of a file; for an image folder, the sha256 over the sorted relative
@@ -27,10 +35,13 @@ names, sizes and content hashes of the images the reader would yield.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
 import json
+import math
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -78,7 +89,8 @@ def detect_format(path: Path) -> str:
 
 
 def _lines(path: Path, cap: int) -> Iterator[tuple[bytes | None, int]]:
-    """(line without its newline, or None when longer than ``cap``; 1-based line number)."""
+    """(line without its newline, or None when longer than ``cap``; 1-based line number). A UTF-8
+    byte order mark before the first line is dropped."""
     with open(path, "rb") as fh:
         number = 0
         while True:
@@ -86,6 +98,8 @@ def _lines(path: Path, cap: int) -> Iterator[tuple[bytes | None, int]]:
             if not line:
                 return
             number += 1
+            if number == 1 and line.startswith(codecs.BOM_UTF8):
+                line = line[len(codecs.BOM_UTF8):]
             if len(line) > cap and not line.endswith(b"\n"):
                 while True:               # skip the rest of the over-long line
                     more = fh.readline(1 << 20)
@@ -115,7 +129,7 @@ def read_text(path: Path, cap: int) -> Iterator[Record]:
 def read_jsonl(path: Path, cap: int, field: str, id_field: str | None) -> Iterator[Record]:
     base = path.parent
     id_field = id_field or "id"
-    for i, (line, number) in enumerate(_lines(path, cap)):
+    for i, line, number in _jsonl_lines(path, cap):
         if line is None:
             yield Record(i, None, error=_too_long(cap), line=number)
             continue
@@ -129,24 +143,51 @@ def read_jsonl(path: Path, cap: int, field: str, id_field: str | None) -> Iterat
             yield Record(i, None, error=InputError(f"line {number} is a JSON {type(obj).__name__}, not an object",
                                                    code=ec.INPUT_BAD_JSON), line=number)
             continue
-        rid = obj.get(id_field)
-        if not isinstance(rid, (str, int, float, bool)) and rid is not None:
-            rid = json.dumps(rid)[:200]
+        rid = _json_id(obj.get(id_field))
         if field not in obj:
             yield Record(i, rid, error=InputError(f"line {number} has no field {field!r}", code=ec.INPUT_FIELD_MISSING),
                          line=number)
             continue
         value = obj[field]
-        if field in ("image", "path", "file") and isinstance(value, str):
-            value = str(base / value)          # image paths are relative to the JSONL file
+        if field in ("image", "path", "file") and isinstance(value, str) and value:
+            value = str(base / value)          # image paths are relative to the JSONL file ("" stays empty)
         yield Record(i, rid, value, line=number)
+
+
+def _json_id(rid):
+    """A JSONL id as the output writes it: a string, number, bool or null as it is; NaN, infinity
+    (the caller's data, not a failed result) and anything else as its JSON text."""
+    if isinstance(rid, float) and not math.isfinite(rid):
+        return json.dumps(rid)
+    if not isinstance(rid, (str, int, float, bool)) and rid is not None:
+        return json.dumps(rid)[:200]
+    return rid
+
+
+def _jsonl_lines(path: Path, cap: int) -> Iterator[tuple[int, bytes | None, int]]:
+    """``_lines`` without the blank ones (no record), each with its record index."""
+    i = 0
+    for line, number in _lines(path, cap):
+        if line is not None and not line.strip():
+            continue
+        yield i, line, number
+        i += 1
+
+
+def _csv_open(path: Path):
+    """A CSV/TSV file as text: UTF-8 with a leading byte order mark dropped (Excel's export), an
+    undecodable byte kept as a lone surrogate (the output escapes it)."""
+    return open(path, newline="", encoding="utf-8-sig", errors="surrogateescape")
+
+
+def _csv_reader(path: Path, fh):
+    return csv.reader(fh, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
 
 
 def read_csv(path: Path, cap: int, column: str, id_column: str | None) -> Iterator[Record]:
     csv.field_size_limit(cap)
-    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    with open(path, newline="", encoding="utf-8", errors="surrogateescape") as fh:
-        reader = csv.reader(fh, delimiter=delimiter)
+    with _csv_open(path) as fh:
+        reader = _csv_reader(path, fh)
         try:
             header = next(reader)
         except StopIteration:
@@ -264,20 +305,47 @@ def read_records(path, fmt: str | None = None, *, field: str = "text", id_field:
     return RecordStream(read_csv(path, cap, field, id_field), source)
 
 
-def count_records(path, fmt: str | None = None) -> int | None:
-    """How many records a reader will yield (for progress), cheaply; None if unknown."""
+def _count_csv(path: Path, cap: int) -> int:
+    """The rows ``read_csv`` yields: CSV records (a quoted field may span lines), a bad row one."""
+    csv.field_size_limit(cap)
+    with _csv_open(path) as fh:
+        reader = _csv_reader(path, fh)
+        n = -1                                  # the header is no record
+        while True:
+            try:
+                next(reader)
+            except StopIteration:
+                return max(n, 0)
+            except csv.Error:
+                pass
+            n += 1
+
+
+def _count_lines(path: Path) -> int:
+    """Lines (the last one may lack its newline), in blocks: a text input's records."""
+    n, last = 0, b"\n"
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            n += block.count(b"\n")
+            last = block[-1:]
+    return n + (last != b"\n")
+
+
+def count_records(path, fmt: str | None = None, *, cap: int = 8 << 20) -> int | None:
+    """How many records a reader will yield (for progress); None if unknown: a pipe, a FIFO or
+    ``/dev/stdin`` is not read (it can be read once, by the reader). ``cap``: ``read_records``'."""
     path = Path(path)
     fmt = fmt or detect_format(path)
     try:
         if fmt == "images":
             return sum(1 for _ in read_images(path))
-        with open(path, "rb") as fh:
-            n, last = 0, b"\n"
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                n += block.count(b"\n")
-                last = block[-1:]
-            n += last != b"\n"
-        return max(n - 1, 0) if fmt == "csv" else n      # csv: minus the header (quoted newlines aside)
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        if fmt == "csv":
+            return _count_csv(path, cap)
+        if fmt == "jsonl":
+            return sum(1 for _ in _jsonl_lines(path, cap))     # blank lines are no record
+        return _count_lines(path)
     except OSError:
         return None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -130,20 +131,78 @@ def check_resume_options(resume: bool, force: bool, out) -> None:
                          code=ec.SCORE_OPTIONS_CONFLICT)
 
 
-def overwrite(out: Path, force: bool) -> None:
-    """Remove an existing ``out`` (``--force``), or refuse it: it is continued with ``--resume`` only."""
+def output_error(out, exc: OSError) -> InputError:
+    """An output path that cannot be created or opened (``-o /proc/nope/x.jsonl``, no permission): the
+    caller's option, so an ``InputError`` naming the path (exit 2), not the bare ``OSError``."""
+    return InputError(f"cannot write the output {out}: {exc.strerror or exc}", code=ec.INPUT_INVALID, path=str(out))
+
+
+def _not_regular(path: Path) -> str | None:
+    """Why ``path`` may not be written, truncated or removed as an output (a device, a FIFO, a folder,
+    a socket, a dangling link: ``--force`` would delete it, a write would block or go elsewhere);
+    None when it is a regular file (through a link) or absent."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):     # absent (creating it says why it cannot be)
+        return "a link to nothing" if os.path.islink(path) else None
+    except OSError as exc:
+        return f"not readable ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    return "a folder" if stat.S_ISDIR(mode) else "not a regular file (a device, a FIFO or a socket)"
+
+
+def _same_file(a, b) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(out: Path, job: dict | None = None) -> None:
+    """Refuse (``InputError``, exit 2, nothing touched) an output, or its job record, that is not a
+    regular file, and an output that is the job's input itself (``-o`` the input, a link to it or a
+    hard link of it): ``--force`` would delete it, ``--resume`` cut and append to it."""
+    for path, what in ((out, "the output"), (job_path(out), "the output's job record")):
+        why = _not_regular(path)
+        if why is not None:
+            raise InputError(f"{what} {path} is {why}: score writes a regular file (-o - writes to stdout)",
+                             code=ec.INPUT_INVALID, path=str(path))
+    src = ((job or {}).get("input") or {}).get("path")
+    for path, what in ((out, "the output"), (job_path(out), "the output's job record")):
+        if src is not None and _same_file(path, src):
+            raise InputError(f"{what} {path} is the input {src}: writing it would destroy the input; choose "
+                             f"another -o", code=ec.INPUT_INVALID, path=str(path))
+
+
+def overwrite(out: Path, force: bool, job: dict | None = None) -> None:
+    """Remove an existing ``out`` (``--force``), or refuse it: it is continued with ``--resume`` only.
+    Never anything but a regular file that is not the input (``check_output``)."""
+    check_output(out, job)
     if not force:
         raise InputError(f"{out} exists: pass --resume to continue it or --force to overwrite",
                          code=ec.SCORE_OUTPUT_EXISTS)
-    out.unlink()
+    try:
+        out.unlink()
+    except OSError as exc:
+        raise output_error(out, exc) from None
 
 
 def prepare_output(out: Path, resume: bool, force: bool, summary: Summary, job: dict | None = None) -> int:
-    """Make ``out`` ready to append; return how many inputs it already holds."""
+    """Make ``out`` ready to append; return how many inputs it already holds. ``out`` and its job
+    record must be regular files or absent, and not the input (``check_output``)."""
+    check_output(out, job)
+    try:
+        return _prepare_output(out, resume, force, summary, job)
+    except OSError as exc:
+        raise output_error(out, exc) from None
+
+
+def _prepare_output(out: Path, resume: bool, force: bool, summary: Summary, job: dict | None) -> int:
     if not out.exists():
         return 0
     if not resume:
-        overwrite(out, force)
+        overwrite(out, force, job)
         job_path(out).unlink(missing_ok=True)
         return 0
     recorded = _read_job(job_path(out), out)

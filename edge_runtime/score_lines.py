@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -21,8 +22,13 @@ from .score_inputs import Record
 
 
 def _jsonable(value):
-    if isinstance(value, (np.generic,)):
-        return value.item()
+    """An id as JSON holds it: a numpy scalar as its value, NaN or infinity (the caller's id, not a
+    result) as the string JSON's readers spell it (``"NaN"``, ``"Infinity"``, ``"-Infinity"``, as the
+    JSONL reader does), anything else but a scalar as its ``str``."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)
     return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
 
 
@@ -90,12 +96,26 @@ def _text(line: dict) -> str | None:
         return None
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8_safe(text: str) -> str:
+    """``text`` (a JSON line) encodable as strict UTF-8: each lone surrogate (an id ``"\\ud800"`` in
+    the input, an undecodable CSV byte kept by ``surrogateescape``) written as its JSON escape
+    ``\\udXXX``, which reads back to the same string. It can only stand inside a JSON string (the
+    rest of the line is ASCII), and orjson's text never holds one."""
+    if text.isascii():          # O(1) for a str CPython knows to be ASCII: the common line
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def _dump(record: Record, outcome) -> tuple[dict, str]:
+    """The line and its text: valid UTF-8, strict JSON (no NaN), whatever the id holds."""
     line = _line(record, outcome)
     text = _text(line)
     if text is None:        # NaN/inf in a result: a corrupt output is a failure, never a silent "NaN"
         line = {"index": record.index, "id": line["id"], "line": line["line"], "ok": False,
                 "error": {"type": "InferenceRuntimeError", "code": ec.RESULT_NONFINITE,
                           "message": "the model produced NaN or infinity"}}
-        text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
-    return line, text
+        text = json.dumps(line, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return line, _utf8_safe(text)

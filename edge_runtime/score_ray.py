@@ -214,7 +214,8 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
     if (batch_size is not None and batch_size < 1) or actors < 1 or cpus_per_actor <= 0:
         raise InputError("--batch-size and --actors must be at least 1, --cpus-per-actor above 0",
                          code=ec.INPUT_INVALID)
-    with load(artifact, device=device, strict=strict, device_options=device_options, warmup=False) as rt:
+    with load(artifact, device=device, strict=strict, device_options=device_options, warmup=False,
+              tuned_for="throughput") as rt:
         cap = 4 * rt.limits.max_request_bytes + 65536
         field = field or type(rt.task).score_field
         batch_why = "given"
