@@ -110,6 +110,11 @@ def serve(artifacts, repository, host, port, grpc_port, no_grpc, token, insecure
 
     if bool(artifacts) == bool(repository):
         raise InputError("give ARTIFACT... or --repository DIR (one of them)", code=ec.INPUT_MISSING)
+    if token is not None and token != "" and (not token.strip() or token != token.strip()):
+        # a blank token would guard nothing (a non-loopback bind would be open), and one with
+        # spaces around it cannot be sent: HTTP trims header values
+        raise InputError("--token (or $EDGE_INFER_TOKEN) is blank or has spaces around it: give the token itself",
+                         code=ec.INPUT_INVALID)
     if not is_loopback(host) and not token and not insecure:
         raise InputError(f"--host {host} is not loopback: set --token (or $EDGE_INFER_TOKEN), or pass --insecure "
                          f"to serve without one", code=ec.INPUT_INVALID)

@@ -2,15 +2,34 @@
 
 For backends with a batch path (``capabilities.batched``) a request to an idle model runs at
 once; while a batch runs, requests arriving within ``batch_delay_ms`` of the first waiting one
-are merged into one ``infer_batch`` (at most ``max_batch_items``). ``ServeCore._run`` sends a
-request here; each batch runs through ``ServeCore._call`` under the model's slots.
+are merged into one ``infer_batch``. ``ServeCore._run`` sends a request here; each batch runs
+through ``ServeCore._call`` under the model's slots.
+
+A merged batch is never a request of its own: each request keeps its own limits and deadline.
+
+- size: the requests of one flush are packed into batches that ``rt.infer_batch`` accepts as a
+  whole (at most ``max_batch_items`` items, the runtime's ``max_batch_items`` and
+  ``max_request_bytes`` in total); a request over a limit by itself runs alone and gets its own
+  refusal. Should the runtime still refuse a merged batch as a whole (an ``InputError``), each
+  of its requests is run alone, so a refusal reaches only the request that caused it;
+- deadline: a request whose deadline passed while it queued is dropped before the merge (504);
+  the batch runs under the latest deadline of its requests, and each request waits for its
+  answer only until its own deadline (504 then; the others get their results).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
+from . import error_codes as ec
+from .errors import InferenceTimeout, InputError
 from .serve_model import _Job, _Model
+
+
+def _late(queued: bool) -> InferenceTimeout:
+    where = "while it was queued" if queued else "before its batch finished"
+    return InferenceTimeout(f"the request's deadline passed {where}", code=ec.INFERENCE_TIMEOUT)
 
 
 class DynamicBatching:
@@ -25,25 +44,66 @@ class DynamicBatching:
     async def _call(self, m: _Model, items: list, t_end: float, options: dict | None) -> list:
         raise NotImplementedError        # ServeCore's: the model call, within the deadline
 
+    # -- the bounds of one infer_batch --------------------------------------------------------
+    def _batch_bounds(self, m: _Model) -> tuple[int, int]:
+        """(items, bytes) one merged ``infer_batch`` may hold: what the runtime accepts as a whole."""
+        lim = m.rt.limits
+        return min(self.max_batch_items, int(lim.max_batch_items)), int(lim.max_request_bytes)
+
+    @staticmethod
+    def _bytes_of(m: _Model, items: list) -> int:
+        """The runtime's own measure of the items (``task.request_bytes``, as ``infer_batch`` sums it)."""
+        size = m.rt.task.request_bytes
+        return sum(int(size(x)) for x in items)
+
+    def _chunks(self, m: _Model, jobs: list[_Job]) -> list[list[_Job]]:
+        """``jobs`` in arrival order, cut into batches within the runtime's bounds (a job over
+        them by itself is a batch of its own: its refusal is its own)."""
+        max_items, max_bytes = self._batch_bounds(m)
+        chunks: list[list[_Job]] = []
+        cur: list[_Job] = []
+        n = size = 0
+        for j in jobs:
+            if cur and (n + len(j.items) > max_items or size + j.nbytes > max_bytes):
+                chunks.append(cur)
+                cur, n, size = [], 0, 0
+            cur.append(j)
+            n += len(j.items)
+            size += j.nbytes
+        if cur:
+            chunks.append(cur)
+        return chunks
+
+    # -- joining, flushing, running -----------------------------------------------------------
     async def _batched(self, m: _Model, items: list, t_end: float) -> list:
-        """Join the model's pending batch; the first request of a batch schedules its flush."""
-        job = _Job(items, asyncio.get_running_loop().create_future(), t_end)
+        """Join the model's pending batch; the first request of a batch schedules its flush.
+        The answer is awaited until this request's own deadline, whatever its batch's."""
+        loop = asyncio.get_running_loop()
+        job = _Job(items, loop.create_future(), t_end, self._bytes_of(m, items))
         m.pending.append(job)
         m.waiting += 1
-        if m.batches_out == 0 or sum(len(j.items) for j in m.pending) >= self.max_batch_items:
+        max_items, max_bytes = self._batch_bounds(m)
+        if m.batches_out == 0 or sum(len(j.items) for j in m.pending) >= max_items \
+                or sum(j.nbytes for j in m.pending) >= max_bytes:
             self._flush(m)          # an idle model never makes a request wait for company
         elif m.flush_handle is None:
-            m.flush_handle = asyncio.get_running_loop().call_later(self.batch_delay_s, self._flush, m)
-        return await job.future
+            m.flush_handle = loop.call_later(self.batch_delay_s, self._flush, m)
+        try:
+            # past its deadline the future is cancelled: a batch not yet started drops the job
+            async with asyncio.timeout_at(loop.time() + (t_end - time.perf_counter())):
+                return await job.future
+        except TimeoutError:
+            raise _late(queued=False) from None
 
     def _flush(self, m: _Model) -> None:
         if m.flush_handle is not None:
             m.flush_handle.cancel()
             m.flush_handle = None
         jobs, m.pending = m.pending, []
-        if jobs:      # the task is kept until done: the loop holds only a weak reference to it
+        for chunk in self._chunks(m, jobs) if jobs else ():
+            # the task is kept until done: the loop holds only a weak reference to it
             m.batches_out += 1
-            task = asyncio.get_running_loop().create_task(self._run_jobs(m, jobs))
+            task = asyncio.get_running_loop().create_task(self._run_jobs(m, chunk))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -51,24 +111,76 @@ class DynamicBatching:
         assert m.sem is not None
         try:
             await m.sem.acquire()
-        finally:
+        except BaseException:
             m.waiting -= len(jobs)
-        m.running += len(jobs)
+            m.batches_out -= 1
+            for j in jobs:
+                j.future.cancel()
+            raise
+        m.waiting -= len(jobs)
+        now = time.perf_counter()
+        live = []
+        for j in jobs:                  # a caller gone, or a deadline passed in the queue: not merged
+            if j.future.done():
+                continue
+            if j.t_end <= now:
+                j.future.set_exception(_late(queued=True))
+                continue
+            live.append(j)
+        m.running += len(live)
         try:
-            items = [x for j in jobs for x in j.items]
-            self._batches += 1
-            self._batched_requests += len(jobs)
-            results = await self._call(m, items, min(j.t_end for j in jobs), None)
-            at = 0
-            for j in jobs:
-                if not j.future.done():
-                    j.future.set_result(results[at:at + len(j.items)])
-                at += len(j.items)
-        except BaseException as exc:
-            for j in jobs:
-                if not j.future.done():
-                    j.future.set_exception(exc)
+            if live:
+                self._batches += 1
+                self._batched_requests += len(live)
+                await self._run_live(m, live)
         finally:
-            m.running -= len(jobs)
+            m.running -= len(live)
             m.batches_out -= 1
             m.sem.release()
+
+    async def _run_live(self, m: _Model, jobs: list[_Job]) -> None:
+        """One ``infer_batch`` for ``jobs`` under the latest of their deadlines; each job its slice."""
+        items = [x for j in jobs for x in j.items]
+        try:
+            results = await self._call(m, items, max(j.t_end for j in jobs), None)
+        except asyncio.CancelledError:
+            for j in jobs:
+                j.future.cancel()
+            raise
+        except InputError as exc:
+            if len(jobs) == 1:
+                _fail(jobs, exc)
+                return
+            # the runtime refused the merged batch as a whole: each job alone, its own verdict
+            for j in jobs:
+                if j.future.done():
+                    continue
+                try:
+                    _answer(j, await self._call(m, j.items, j.t_end, None))
+                except asyncio.CancelledError:
+                    _fail(jobs, None)
+                    raise
+                except BaseException as e:
+                    _fail([j], e)
+            return
+        except BaseException as exc:      # the model, the device, the runtime: the same for every job
+            _fail(jobs, exc)
+            return
+        at = 0
+        for j in jobs:
+            _answer(j, results[at:at + len(j.items)])
+            at += len(j.items)
+
+
+def _answer(j: _Job, results: list) -> None:
+    if not j.future.done():
+        j.future.set_result(results)
+
+
+def _fail(jobs: list[_Job], exc: BaseException | None) -> None:
+    for j in jobs:
+        if not j.future.done():
+            if exc is None:
+                j.future.cancel()
+            else:
+                j.future.set_exception(exc)

@@ -17,8 +17,9 @@ everything else happens here, once for both protocols:
 - dynamic batching: for backends with a batch path (``capabilities.batched``:
   OpenVINO's AsyncInferQueue) a request to an idle model runs at once; while a
   batch runs, requests arriving within ``batch_delay_ms`` of the first waiting
-  one are merged into one ``infer_batch`` (at most ``max_batch_items``; the
-  ``DynamicBatching`` mixin of ``serve_batch``);
+  one are merged into ``infer_batch`` calls the runtime accepts whole (at most
+  ``max_batch_items``, the runtime's item and byte limits), each request keeping
+  its own deadline (the ``DynamicBatching`` mixin of ``serve_batch``);
 - model calls run on a thread pool, except a sub-millisecond model's (measured at
   load), which runs on the event loop: the hand-off would cost more than the
   call (``serve_inline``: slow inline calls move the model to the pool, a long
@@ -126,8 +127,12 @@ class ServeCore(DynamicBatching):
         t0 = time.perf_counter()
         try:
             for path in self.artifacts:
-                rt = er.load(path, device=self.device, device_options=self.device_options,
-                             verify=self.verify and _has_probe_set(path))
+                try:
+                    rt = er.load(path, device=self.device, device_options=self.device_options,
+                                 verify=self.verify and _has_probe_set(path))
+                except EdgeRuntimeError as exc:
+                    _name_the_artifact(exc, path)     # which of the artifacts (or repository folders)
+                    raise
                 key = (rt.artifact.name, str(rt.artifact.version))
                 if key in self.models:
                     rt.close()
@@ -147,6 +152,11 @@ class ServeCore(DynamicBatching):
             raise
         self.load_s = time.perf_counter() - t0
         self._ready = not self._draining
+
+    @property
+    def loading(self) -> bool:
+        """True until ``load_all`` has loaded every artifact (and the server is not closed)."""
+        return self.load_s is None and not self._closed
 
     @property
     def live(self) -> bool:
@@ -183,14 +193,23 @@ class ServeCore(DynamicBatching):
         if version in (None, ""):
             version = self._latest.get(name)
         m = self.models.get((name, str(version)))
+        if m is None and self.loading:
+            # the artifacts' names are known only once each one is in: until then any name may
+            # still come (HTTP 503, like infer), never a 404 that a client would take as final
+            raise ServeError("unavailable", f"model {name!r}" + (f" version {version!r}" if version else "")
+                             + " is not ready: the models are loading", ec.SERVE_NOT_READY)
         if m is None:
             known = sorted(f"{n}/{v}" for n, v in self.models)
             raise ServeError("not_found", f"no model {name!r}" + (f" version {version!r}" if version else "")
-                             + (f" (serving: {', '.join(known)})" if known else " (no model is loaded yet)"),
+                             + (f" (serving: {', '.join(known)})" if known else ""),
                              ec.SERVE_MODEL_NOT_FOUND)
         return m
 
     def model_ready(self, name: str, version: str | None) -> bool:
+        """False while loading (whatever the name: it may still come) or draining; a name
+        unknown once every artifact is in raises ``not_found``."""
+        if self.loading:
+            return False
         self._model(name, version)
         return self.ready
 
@@ -343,6 +362,13 @@ class ServeCore(DynamicBatching):
         from .serve_metrics import metrics_text
 
         return metrics_text(self)
+
+
+def _name_the_artifact(exc: EdgeRuntimeError, path: Path) -> None:
+    """Prefix a load error's message with the artifact's folder, unless it names it already."""
+    if str(path) not in exc.message:
+        exc.message = f"{path}: {exc.message}"
+        exc.args = (exc.message,) + exc.args[1:]
 
 
 def _infer_items(rt, items: list, deadline_ms: float, options: dict | None) -> list:

@@ -27,7 +27,6 @@ Wire format, as Triton's:
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import struct
@@ -37,7 +36,9 @@ import numpy as np
 
 from . import error_codes as ec
 from . import serve_proto as sp
-from .serve_types import BYTES, DATATYPES, GRPC_STATUS, InferRequest, InferResponse, ServeError, Tensor, numeric_bytes
+from .errors import DeviceError
+from .serve_types import (BYTES, DATATYPES, GRPC_STATUS, InferRequest, InferResponse, ServeError, Tensor,
+                          bearer_matches, numeric_bytes)
 
 log = logging.getLogger("edge_runtime.serve.grpc")
 
@@ -207,7 +208,7 @@ def to_message(resp: InferResponse) -> Any:
 class _Service:
     def __init__(self, core: Any, token: str | None):
         self.core = core
-        self._token = f"Bearer {token}".encode() if token else None
+        self._token = token.encode() if token else None
 
     async def _abort(self, context: Any, err: ServeError) -> None:
         import grpc
@@ -223,7 +224,7 @@ class _Service:
             if key == "authorization":
                 given = value.encode() if isinstance(value, str) else bytes(value)
                 break
-        return hmac.compare_digest(given, self._token)
+        return bearer_matches(given, self._token)      # the scheme in any case (RFC 7235)
 
     def handler(self, method: str) -> Any:
         """The async unary handler of ``method``: auth, parse, call, and the typed error mapping."""
@@ -317,6 +318,23 @@ def _is_abort(e: BaseException) -> bool:
     return type(e).__name__ == "AbortError"
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Bind ``host:port`` once with a plain socket (the options grpc binds with: SO_REUSEADDR, no
+    SO_REUSEPORT) and let it go: a port in use is the ``device_unavailable`` error the HTTP listener
+    gives (``cli_serve._bind``), said before grpc tries and logs its own. Port 0 needs no check."""
+    import socket
+
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise DeviceError(f"cannot listen on {host}:{port} (gRPC): {exc}", code=ec.DEVICE_UNAVAILABLE) from None
+
+
 async def start_grpc(core: Any, host: str, port: int, token: str | None = None, *,
                      max_message_bytes: int | None = None) -> Any:
     """Start the KServe v2 gRPC service for ``core`` on ``host:port`` in the running loop.
@@ -344,9 +362,16 @@ async def start_grpc(core: Any, host: str, port: int, token: str | None = None, 
     ])
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(sp.SERVICE_FULL_NAME, handlers),))
     address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
-    bound = server.add_insecure_port(address)
+    check_port_free(host, port)       # a port in use: our typed error, not grpc's RuntimeError and native log
+    try:
+        bound = server.add_insecure_port(address)
+    except (RuntimeError, OSError) as exc:       # grpc raises RuntimeError('Failed to bind ...')
+        bound, why = 0, exc
+    else:
+        why = None
     if not bound:
-        raise OSError(f"gRPC: cannot bind {address}")
+        raise DeviceError(f"cannot listen on {host}:{port} (gRPC): {why or 'the port cannot be bound'}",
+                          code=ec.DEVICE_UNAVAILABLE)
     await server.start()
     try:
         server.edge_port = bound

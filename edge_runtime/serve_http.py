@@ -28,8 +28,10 @@ _OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")
 
 
 def error_response(err: ServeError, *, close: bool = False) -> JSONResponse:
-    headers = {"Connection": "close"} if close else None
-    return JSONResponse(err.body(), status_code=HTTP_STATUS[err.status], headers=headers)
+    headers = {"Connection": "close"} if close else {}
+    if err.status == "unauthorized":
+        headers["WWW-Authenticate"] = "Bearer"       # RFC 7235: a 401 names the scheme it wants
+    return JSONResponse(err.body(), status_code=HTTP_STATUS[err.status], headers=headers or None)
 
 
 def create_app(core: ServeCore, *, token: str | None = None, read_timeout_s: float = 10.0) -> InferEndpoint:

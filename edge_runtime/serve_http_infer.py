@@ -18,13 +18,12 @@ paths) goes to the Starlette app. The guards are the same as everywhere:
 from __future__ import annotations
 
 import asyncio
-import hmac
 import re
 
 from . import error_codes as ec
 from . import serve_json
 from .serve_core import ServeCore, serve_error
-from .serve_types import HTTP_STATUS, ServeError
+from .serve_types import HTTP_STATUS, ServeError, bearer_matches
 from .serve_wire import decode_request, encode_response
 
 INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
@@ -39,17 +38,21 @@ class _ClientGone(Exception):
 
 # shared with the Starlette app (serve_http): one token check, one refusal, one unknown-route body
 def bearer(token: str | None) -> bytes | None:
-    """The ``Authorization`` value a request must carry, or None when no token is set."""
-    return f"Bearer {token}".encode() if token else None
+    """The Bearer credentials a request must carry, or None when no token is set."""
+    return token.encode() if token else None
 
 
 def authorized(given: bytes | None, expected: bytes | None) -> bool:
-    """Constant-time comparison of the request's ``Authorization`` bytes with ``bearer(token)``."""
-    return expected is None or hmac.compare_digest(given or b"", expected)
+    """Whether the request's ``Authorization`` bytes are ``Bearer <token>`` (the scheme in any case,
+    RFC 7235; the token compared in constant time)."""
+    return bearer_matches(given, expected)
 
 
 def unauthorized() -> ServeError:
     return ServeError("unauthorized", "missing or wrong bearer token", ec.SERVE_UNAUTHORIZED)
+
+
+CHALLENGE = [(b"www-authenticate", b"Bearer")]     # a 401 says which scheme it wants (RFC 7235)
 
 
 def no_route(method: str, path: str) -> dict:
@@ -66,8 +69,10 @@ async def _send(send, status: int, body: bytes, content_type: bytes, extra: list
 
 
 async def send_error(send, err: ServeError, *, close: bool = False) -> None:
-    await _send(send, HTTP_STATUS[err.status], serve_json.dumps(err.body()), _JSON,
-                [(b"connection", b"close")] if close else None)
+    extra = [(b"connection", b"close")] if close else []
+    if err.status == "unauthorized":
+        extra += CHALLENGE
+    await _send(send, HTTP_STATUS[err.status], serve_json.dumps(err.body()), _JSON, extra or None)
 
 
 class InferEndpoint:

@@ -7,10 +7,17 @@ protocol takes a request line and headers of any size (httptools joins a
 header's pieces until it ends: a 4 MB header was buffered whole) and, like
 its h11 protocol, has no deadline on a head arriving a byte at a time. Here:
 
-- the head (request line and headers) is capped at ``max_head_bytes``: the
-  bytes of every chunk that arrives while a head is incomplete are counted,
-  and a head past the cap gets a 431 and the connection is closed, so at most
-  the cap plus one read (256 KiB) is ever held;
+- the head (request line and headers) is capped at ``max_head_bytes``, with a
+  431 and the connection closed past it, counted two ways. A head that ends is
+  measured by the parser's callbacks (the URL, each header's name and value,
+  their separators) when it ends, and refused there, before the request is
+  dispatched. A head that has not ended is counted by reads: a read that
+  begins inside a head (or between requests) and ends with that head still
+  incomplete counts whole; a read in which a head ended does not (its bytes
+  are that head's end, bodies, whole pipelined requests, and at most one read
+  of the next head, which the following reads then count). So at most the cap
+  plus one read (256 KiB) of a head is ever held, and a large body or many
+  pipelined requests arriving in one read are never taken for a head;
 - a connection waiting for a request head (a new one, or a request begun but
   whose headers have not ended) must complete it within ``head_timeout_s`` of
   its opening or of the request's first byte, else it gets a 408 and is
@@ -28,11 +35,21 @@ from . import error_codes as ec
 from .serve_head import HeadDeadline
 
 
+_LINE_BYTES = 32               # the request line's method, spaces, version and CRLF, and the head's last CRLF
+_FIELD_BYTES = 4               # ": " and CRLF around a header's name and value
+
+
+class _HeadTooLarge(Exception):
+    """Raised from ``on_headers_complete`` to stop the parser at a refused head (no body, no dispatch)."""
+
+
 class GuardedHttpTools(HeadDeadline, HttpToolsProtocol):
     max_head_bytes = 64 * 1024
 
     _in_head = True            # no request yet, or one begun whose headers have not ended
     _head_bytes = 0            # bytes of the current head counted so far
+    _heads_ended = 0           # heads that ended so far on this connection
+    _head_seen = 0             # the current head's size as its callbacks measured it
     _refused = False
 
     def connection_made(self, transport) -> None:
@@ -42,27 +59,48 @@ class GuardedHttpTools(HeadDeadline, HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
-        counting = self._in_head                 # the chunk starts inside a head
+        counting = self._in_head                 # the chunk starts inside a head (or between requests)
+        ended = self._heads_ended
         super().data_received(data)
-        if counting and self._in_head and not self._refused:
-            self._head_bytes += len(data)        # the whole chunk was head: it has not ended yet
+        if counting and self._in_head and self._heads_ended == ended and not self._refused:
+            self._head_bytes += len(data)        # no head ended in it: the whole chunk was head
             if self._head_bytes > self.max_head_bytes:
-                self._refuse(b"431 Request Header Fields Too Large",
-                             f"the request line and headers exceed {self.max_head_bytes} bytes",
-                             ec.SERVE_REQUEST_MALFORMED)
+                self._refuse_head()
+
+    def _refuse_head(self) -> None:
+        self._refuse(b"431 Request Header Fields Too Large",
+                     f"the request line and headers exceed {self.max_head_bytes} bytes", ec.SERVE_REQUEST_MALFORMED)
 
     # parser callbacks (httptools calls the protocol's own methods)
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True
         self._head_bytes = 0
+        self._head_seen = _LINE_BYTES
         if self._head_timer is None:
             self._arm()                          # a head begun: it has head_timeout_s to end
 
+    def on_url(self, url: bytes) -> None:
+        self._head_seen += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_seen += len(name) + len(value) + _FIELD_BYTES
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._heads_ended += 1
         self._disarm()                           # the head is in: the body has its own deadline
+        if self._head_seen > self.max_head_bytes:     # it ended within one read: measured, not counted
+            self._refuse_head()
+            raise _HeadTooLarge                  # the parser stops here: the request is never dispatched
         super().on_headers_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._refused:                        # the parser stopped at our refusal (_HeadTooLarge): answered
+            return
+        super().send_400_response(msg)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

@@ -46,6 +46,7 @@ class _Job:
     items: list
     future: asyncio.Future
     t_end: float                      # perf_counter deadline
+    nbytes: int = 0                   # the items' size as the runtime counts it (task.request_bytes)
 
 
 @dataclass

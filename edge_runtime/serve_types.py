@@ -144,3 +144,18 @@ GRPC_STATUS: Final[dict[str, str]] = {
     "unavailable": "UNAVAILABLE",
     "timeout": "DEADLINE_EXCEEDED",
 }
+
+
+def bearer_matches(given: bytes | str | None, token: bytes | None) -> bool:
+    """Whether an ``Authorization`` value carries ``token`` as Bearer credentials (RFC 6750): the
+    scheme's case is free (RFC 7235), the credentials are compared in constant time. ``token``
+    None: no token is required."""
+    import hmac
+
+    if token is None:
+        return True
+    if isinstance(given, str):
+        given = given.encode("latin-1", "replace")
+    scheme, _, credentials = (given or b"").strip().partition(b" ")
+    ok_scheme = scheme.lower() == b"bearer"
+    return hmac.compare_digest(credentials.lstrip(b" "), token) and ok_scheme

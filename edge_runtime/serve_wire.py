@@ -60,7 +60,7 @@ def decode_request(body: bytes, header_length: str | None, model: str, version: 
     params = doc.get("parameters") or {}
     if not isinstance(params, dict):
         raise bad("'parameters' is not a JSON object")
-    binary_all = bool(params.pop("binary_data_output", False))
+    binary_all = _flag(params.pop("binary_data_output", False), "parameters.binary_data_output")
     outputs, binary_named = _outputs(doc.get("outputs"))
     rid = doc.get("id")
     if rid is not None and not isinstance(rid, str):
@@ -185,10 +185,22 @@ def _outputs(raw: Any) -> tuple[list[str] | None, set[str]]:
         if not isinstance(o, dict) or not isinstance(o.get("name"), str):
             raise bad("each of 'outputs' must be an object with a 'name'")
         names.append(o["name"])
-        params = o.get("parameters") or {}
-        if isinstance(params, dict) and params.get("binary_data"):
+        params = o.get("parameters")
+        if params is None:
+            continue
+        if not isinstance(params, dict):
+            raise bad(f"output {o['name']!r}: 'parameters' is not a JSON object")
+        if _flag(params.get("binary_data", False), f"output {o['name']!r}: parameters.binary_data"):
             binary.add(o["name"])
     return names, binary
+
+
+def _flag(value: Any, where: str) -> bool:
+    """A JSON boolean, as the protocol has it: ``"false"``, ``0`` or ``null`` are refused, never
+    read by truthiness (``bool("false")`` is True)."""
+    if not isinstance(value, bool):
+        raise bad(f"{where} must be true or false, got {value!r}"[:300])
+    return value
 
 
 def encode_response(resp: InferResponse, binary_all: bool, binary_named: set[str]) -> tuple[bytes, int | None]:
