@@ -65,6 +65,10 @@ class Limits(Frozen):
 
 DEFAULT_LIMITS = Limits()
 
+# an image task's request: a camera frame as an array (1280x720 RGB is 2.6 MiB, 1920x1080 5.9,
+# 3840x2160 23.7) or an encoded photo up to max_image_bytes (20 MiB); 2 MiB refused a 720p frame
+IMAGE_LIMITS = {"max_request_bytes": 32 * MiB}
+
 
 def json_depth(value, limit: int) -> int:
     """Depth of a decoded JSON value; raises ``InputError`` past ``limit``.

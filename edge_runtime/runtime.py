@@ -87,8 +87,10 @@ class Runtime(CallPath):
         self.verify_ms = (time.perf_counter() - t_verify) * 1000
         rest = BackgroundVerify(self.artifact, [f for f in man["files"] if f not in set(self.verified_files)])
         self.variant = cast(Variant, self.choice.variant)
-        self.limits: Limits = DEFAULT_LIMITS.merged(man.get("limits"), source="manifest").merged(limits)
-        self.task = get_task(man.task)(man, self.artifact.read_bytes, self.variant.buckets)
+        task = get_task(man.task)
+        self.limits: Limits = DEFAULT_LIMITS.merged(task.default_limits, source="manifest") \
+            .merged(man.get("limits"), source="manifest").merged(limits)
+        self.task = task(man, self.artifact.read_bytes, self.variant.buckets)
         self._nonfinite_ok = self.task.allows_nonfinite_outputs      # the guard in _finish, read once
         sub = self.choice.suitability.device.partition(":")[2] or None
         self._sessions: list[Session] = []

@@ -79,6 +79,9 @@ class Task:
     length_unit: str = "units"             # unit of Prepared.length (the input-length histogram)
 
     call_options: tuple[str, ...] = ()     # per-call settings infer(options=...) takes (check_call_options)
+    # limits of this task's kind over DEFAULT_LIMITS, under the manifest's and the caller's
+    # (image tasks: a request may be a camera frame or a photo, edge_runtime.limits.IMAGE_LIMITS)
+    default_limits: dict = {}
 
     # -- convert -------------------------------------------------------------
     sequence_buckets: bool = False         # buckets are sequence lengths (--buckets); else one static shape

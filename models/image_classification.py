@@ -15,6 +15,7 @@ import numpy as np
 
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
+from edge_runtime.limits import IMAGE_LIMITS
 
 from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, classify, is_number,
                    preprocess_error, score_keys)
@@ -97,6 +98,7 @@ class ImageClassification(Task):
     length_unit = "pixels"
     needs_preprocess = True
     takes_labels = True
+    default_limits = IMAGE_LIMITS
     preprocess_keys = ("size", "channels", "scale", "mean", "std", "layout", "resize", "input")
     manifest_sections = {"preprocess": {"size": list}}
     manifest_files = ("labels",)

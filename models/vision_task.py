@@ -13,6 +13,7 @@ from pathlib import Path
 
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import InputError
+from edge_runtime.limits import IMAGE_LIMITS
 
 from .base import Task
 from .image import load_image_samples
@@ -26,6 +27,7 @@ class VisionTask(Task):
     score_field = "image"
     length_unit = "pixels"
     needs_preprocess = True
+    default_limits = IMAGE_LIMITS
     preprocess_keys = VISION_PRE_KEYS
     load_samples = staticmethod(load_image_samples)
     vision: VisionInput            # set by the task's __init__

@@ -94,8 +94,19 @@ def test_oversized_encoded_image(image_rt):
         image_rt.infer(b"\x89PNG" + b"0" * 2048, limits={"max_image_bytes": 1024})
     assert ei.value.code == "input_too_large"
     with pytest.raises(er.InputError) as ei:
-        image_rt.infer(b"0" * (3 * 1024 * 1024))
-    assert ei.value.code == "input_too_large"   # over the 2 MiB request limit
+        image_rt.infer(b"0" * (33 * 1024 * 1024))
+    assert ei.value.code == "input_too_large"   # over an image task's 32 MiB request limit
+
+
+def test_an_image_task_takes_camera_frames_and_photos_by_default(image_rt, text_rt):
+    """A 1080p RGB frame is 5.9 MiB and a phone photo 3-5 MB: the generic 2 MiB request limit
+    refused both (a 720p frame too); image tasks default to 32 MiB, text keeps 2 MiB, and a
+    manifest or a caller still lowers it."""
+    assert image_rt.limits.max_request_bytes == 32 << 20 and text_rt.limits.max_request_bytes == 2 << 20
+    assert image_rt.infer(np.zeros((1080, 1920, 3), np.uint8)).prediction is not None
+    with pytest.raises(er.InputError) as ei:
+        image_rt.infer(np.zeros((1080, 1920, 3), np.uint8), limits={"max_request_bytes": 2 << 20})
+    assert ei.value.code == "input_too_large"
 
 
 def test_images_in_every_form_agree(image_rt, tmp_path):

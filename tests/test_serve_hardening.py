@@ -170,6 +170,7 @@ def test_merged_batches_stay_within_the_request_byte_limit(bcore, monkeypatch):
     pytest.importorskip("PIL")
     img, _ = digit_images(1)
     big = [_noise_png(500, s) for s in range(5)]                  # ~0.75 MB each: 2 fit in 2 MiB, 5 do not
+    monkeypatch.setattr(m.rt, "limits", m.rt.limits.replace(max_request_bytes=2 << 20))   # (image default: 32 MiB)
     limit = m.rt.limits.max_request_bytes
     assert all(limit / 3 < len(b) < limit / 2 for b in big), [len(b) for b in big]
     gate = _gate_first_call(monkeypatch, m)
