@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import time
 
-from . import error_codes as ec
-from .errors import EdgeRuntimeError, InferenceRuntimeError
+from .errors import EdgeRuntimeError
 
 
 def run_grouped(rt, items: list, lim, deadline, options: dict | None = None) -> list:
@@ -20,9 +19,6 @@ def run_grouped(rt, items: list, lim, deadline, options: dict | None = None) -> 
     the time from the batch start until the item's bucket group finished
     (items of one group complete together).
     """
-    if rt._closed:
-        raise InferenceRuntimeError("runtime is closed", code=ec.RUNTIME_CLOSED, device=rt.device,
-                                    variant=rt.variant["target"])
     t0 = time.perf_counter()
     out: list = [None] * len(items)
     groups: dict[int, list] = {}

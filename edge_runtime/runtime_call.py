@@ -104,6 +104,8 @@ class CallPath:
         return [self._observe(r) for r in results]
 
     def _batch(self, items, deadline_ms, limits, options=None) -> list:
+        if self._closed:        # the whole batch, on every backend (not one error per item on some)
+            raise self._closed_error()
         lim = self.limits if limits is None else self.limits.merged(limits)
         opts = self._options(options, lim)
         if isinstance(items, np.ndarray) and items.ndim > 0:
@@ -132,8 +134,7 @@ class CallPath:
 
     def _infer_one(self, raw, lim: Limits, t0: float, t_end: float, deadline: float, trace_id, opts=None):
         if self._closed:
-            raise InferenceRuntimeError("runtime is closed", code=ec.RUNTIME_CLOSED, device=self.device,
-                                        variant=self.variant.target)
+            raise self._closed_error()
         prepared = self._prepare(raw, lim, opts)
         k = prepared.bucket
         sess = self._sessions[k]
@@ -147,6 +148,10 @@ class CallPath:
         else:
             outputs = self._run_pooled(sess, prepared, remaining, deadline, cancellable)
         return self._result(self._finish(outputs, prepared), prepared, t0, trace_id)
+
+    def _closed_error(self) -> InferenceRuntimeError:
+        return InferenceRuntimeError("runtime is closed", code=ec.RUNTIME_CLOSED, device=self.device,
+                                     variant=self.variant.target)
 
     def _prepare(self, raw, lim: Limits, opts: dict | None = None):
         size = self.task.request_bytes(raw)        # infer()'s path: no call beyond the task's own

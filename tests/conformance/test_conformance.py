@@ -140,6 +140,11 @@ def test_close_is_idempotent_and_final(case):
     with pytest.raises(er.InferenceRuntimeError) as ei:
         rt.infer(inputs[0])
     assert ei.value.code == "runtime_closed"
+    # a batch after close is refused whole on every backend (it was one error per item on
+    # unbatched backends and a raise on OpenVINO's batched path)
+    with pytest.raises(er.InferenceRuntimeError) as ei:
+        rt.infer_batch(list(inputs[:2]))
+    assert ei.value.code == "runtime_closed"
 
 
 # -- selection and strict mode ------------------------------------------------
