@@ -13,6 +13,8 @@ and per-class pixel counts), not listed pixel by pixel. The input readers are
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from .cli_common import _guard, device_flags, device_options, emit
@@ -76,7 +78,7 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
     (flag, value), = given.items()
     overrides = _limit_overrides(limit)
     if draw_path is not None:
-        _check_draw(draw_path, flag)
+        _check_draw(draw_path, flag, value)
     from .runtime import load
 
     # no warm-up: a one-shot call would run every bucket once more only to then run one of them
@@ -86,7 +88,7 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
         kind = type(rt.task).input_kind       # the task declares the raw input it takes
         fits = _FLAGS_FOR_KIND.get(kind, ("--input",))
         if flag not in fits:
-            raise InputError(f"{flag} does not fit a {rt.artifact.task} artifact (it takes {', '.join(fits)})",
+            raise InputError(f"{flag} does not fit this {rt.artifact.task} artifact (it takes {', '.join(fits)})",
                              code=ec.INPUT_WRONG_TYPE)
         lim = rt.limits.lowered(overrides, what="--limit")
         if flag == "--text-file" or (flag == "--text" and value == "-"):
@@ -105,12 +107,10 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
         if _show_vision(d):               # detections, keypoints, a mask: tables instead of the scores
             pass
         else:
-            if d.get("outputs") is not None:
-                if d["prediction"] is not None:
-                    click.echo(f"prediction: {d['prediction']}")
-                _show_outputs(d["outputs"])
-            else:
+            if d["prediction"] is not None:     # an embedding or a tensors result has none to show
                 click.echo(f"prediction: {d['prediction']}")
+            if d.get("outputs") is not None:
+                _show_outputs(d["outputs"])
             for k, v in list(d["scores"].items())[:5]:
                 click.echo(f"  {k}: {v:.4f}")
         if d["embedding"] is not None:
@@ -129,11 +129,18 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
     emit(data, as_json, human)
 
 
-def _check_draw(path: str, flag: str) -> None:
+def _check_draw(path: str, flag: str, image: str) -> None:
     """``--draw``: refused before any work when it cannot be done (not an image input, a path
-    that cannot be written)."""
+    that cannot be written, the input image itself: drawing would destroy it)."""
     if flag != "--image":
         raise InputError(f"--draw needs --image (it draws onto the image), not {flag}", code=ec.INPUT_INVALID)
+    try:
+        same = os.path.samefile(path, image)
+    except OSError:         # either one absent or unreadable: not the same file
+        same = False
+    if same:
+        raise InputError(f"--draw {path} is the input image: drawing onto it would destroy it; choose another "
+                         "path", code=ec.INPUT_INVALID)
     from .draw import check_out_path
 
     try:

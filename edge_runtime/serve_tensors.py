@@ -53,7 +53,7 @@ def request_items(kind: str, model_inputs: list[dict], req: InferRequest) -> lis
         raise bad("the request has no inputs")
     if kind in ("text", "image"):
         if len(req.inputs) != 1:
-            raise bad(f"a {kind} model takes one input, got {len(req.inputs)}: "
+            raise bad(f"this {kind} model takes one input, got {len(req.inputs)}: "
                       f"{', '.join(t.name for t in req.inputs)}")
         t = req.inputs[0]
         items: list[Any]

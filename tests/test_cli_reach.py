@@ -337,3 +337,9 @@ def test_help_has_an_example_with_its_line_breaks(cmd):
     assert examples and all(x.startswith(f"edge-infer {cmd}") for x in examples), res.stdout
     if cmd != "doctor":
         assert len(examples) >= 2          # kept on their own lines, not re-wrapped into one paragraph
+
+
+def test_an_embedding_prints_no_empty_prediction(make_artifact):
+    res = run("infer", make_artifact("text-embedding"), "--text", "good movie")
+    assert res.exit_code == 0, res.output
+    assert "embedding: dim" in res.stdout and "prediction" not in res.stdout, res.stdout

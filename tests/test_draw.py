@@ -240,6 +240,17 @@ def test_cli_draw_refuses_a_path_it_cannot_write(make_artifact, tmp_path, target
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["street.png", art.name])
 
 
+def test_cli_draw_never_writes_over_the_input_image(make_artifact, tmp_path):
+    art, img = task_artifact(make_artifact, "object-detection"), image_file(tmp_path)
+    before = img.read_bytes()
+    link = tmp_path / "link.png"
+    link.symlink_to(img)
+    for target in (img, link):
+        proc = cli("infer", art, "--image", img, "--draw", target)
+        assert proc.returncode == 2 and "is the input image" in proc.stderr, proc.stderr
+    assert img.read_bytes() == before
+
+
 def test_cli_draw_needs_an_image(make_artifact, tmp_path):
     art = make_artifact(task="tensors")
     feeds = tmp_path / "feeds.json"
