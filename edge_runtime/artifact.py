@@ -109,20 +109,25 @@ def load_artifact(path: str | os.PathLike, *, verify: bool = True) -> Artifact:
 
     t0 = time.perf_counter()
     root = Path(path)
-    if not root.exists():
-        raise ArtifactError("artifact directory does not exist", file=str(root), code=ec.ARTIFACT_MISSING)
-    if not root.is_dir():
-        raise ArtifactError("artifact is not a directory", file=str(root), code=ec.ARTIFACT_NOT_DIRECTORY)
     mpath = root / mf.MANIFEST_NAME
-    if mpath.is_symlink():
-        raise ArtifactError("manifest must not be a symlink", file=mf.MANIFEST_NAME, code=ec.ARTIFACT_PATH_ESCAPES)
-    if not mpath.is_file():
-        raise ArtifactError("missing manifest", file=mf.MANIFEST_NAME, code=ec.ARTIFACT_FILE_MISSING)
-    size = mpath.stat().st_size
-    if size > mf.MAX_MANIFEST_BYTES:
-        raise ArtifactError(f"manifest is {size} bytes, over the {mf.MAX_MANIFEST_BYTES} byte limit",
-                            file=mf.MANIFEST_NAME, code=ec.MANIFEST_TOO_LARGE)
-    data = mf.parse(mpath.read_bytes())
+    try:        # no permission on a folder on the way: the operator's to fix, like any unreadable file
+        if not root.exists():
+            raise ArtifactError("artifact directory does not exist", file=str(root), code=ec.ARTIFACT_MISSING)
+        if not root.is_dir():
+            raise ArtifactError("artifact is not a directory", file=str(root), code=ec.ARTIFACT_NOT_DIRECTORY)
+        if mpath.is_symlink():
+            raise ArtifactError("manifest must not be a symlink", file=mf.MANIFEST_NAME,
+                                code=ec.ARTIFACT_PATH_ESCAPES)
+        if not mpath.is_file():
+            raise ArtifactError("missing manifest", file=mf.MANIFEST_NAME, code=ec.ARTIFACT_FILE_MISSING)
+        size = mpath.stat().st_size
+        if size > mf.MAX_MANIFEST_BYTES:
+            raise ArtifactError(f"manifest is {size} bytes, over the {mf.MAX_MANIFEST_BYTES} byte limit",
+                                file=mf.MANIFEST_NAME, code=ec.MANIFEST_TOO_LARGE)
+        raw = mpath.read_bytes()
+    except OSError as exc:
+        raise _unreadable(str(mpath), exc) from None
+    data = mf.parse(raw)
     art = Artifact(root=root, manifest=data)
     if not verify:
         return art
@@ -151,11 +156,14 @@ def verify_files(art: Artifact, only: list[str] | None = None) -> None:
         if wanted is not None and rel not in wanted:
             continue
         p = safe_relpath(art.root, rel)
-        if not p.exists() and not p.is_symlink():
-            raise ArtifactError("file listed in the manifest is missing", file=rel, code=ec.ARTIFACT_FILE_MISSING)
-        if not p.is_file():
-            raise ArtifactError("not a regular file", file=rel, code=ec.ARTIFACT_FILE_INVALID)
-        actual_size = p.stat().st_size
+        try:        # a folder on the way without permission makes these raise, not answer False
+            if not p.exists() and not p.is_symlink():
+                raise ArtifactError("file listed in the manifest is missing", file=rel, code=ec.ARTIFACT_FILE_MISSING)
+            if not p.is_file():
+                raise ArtifactError("not a regular file", file=rel, code=ec.ARTIFACT_FILE_INVALID)
+            actual_size = p.stat().st_size
+        except OSError as exc:
+            raise _unreadable(rel, exc) from None
         if actual_size != entry["bytes"]:
             raise ArtifactError(f"size mismatch: manifest says {entry['bytes']} bytes, file has {actual_size}",
                                 file=rel, code=ec.ARTIFACT_HASH_MISMATCH)
@@ -181,11 +189,14 @@ def verify_files(art: Artifact, only: list[str] | None = None) -> None:
             elif isinstance(digest, OSError):
                 raise digest
         except OSError as exc:
-            raise ArtifactError(f"file cannot be read: {exc.strerror or exc}", file=rel,
-                                code=ec.ARTIFACT_FILE_UNREADABLE) from None
+            raise _unreadable(rel, exc) from None
         if digest != entry["sha256"]:
             raise ArtifactError(f"sha256 mismatch: manifest {entry['sha256'][:12]}…, file {digest[:12]}…",
                                 file=rel, code=ec.ARTIFACT_HASH_MISMATCH)
+
+
+def _unreadable(rel: str, exc: OSError) -> ArtifactError:
+    return ArtifactError(f"file cannot be read: {exc.strerror or exc}", file=rel, code=ec.ARTIFACT_FILE_UNREADABLE)
 
 
 class BackgroundVerify:

@@ -78,6 +78,39 @@ def test_truncated_and_missing_files(make_artifact):
     refused(root, "artifact_file_missing", rel)
 
 
+def test_unreadable_manifest_or_folder_is_an_artifact_error(make_artifact, monkeypatch):
+    """Without read permission (a mode-000 manifest, a mode-000 folder on the way: root reads
+    both, so the OSError is simulated) load refused with a bare PermissionError, exit 1."""
+    from pathlib import Path
+
+    art = make_artifact("text-classification")
+    real_read, real_exists = Path.read_bytes, Path.exists
+
+    def read_bytes(self):
+        if self.name == "manifest.json":
+            raise PermissionError(13, "Permission denied")
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    with pytest.raises(er.ArtifactError) as ei:
+        load_artifact(art)
+    assert ei.value.code == "artifact_file_unreadable" and "manifest.json" in str(ei.value)
+    monkeypatch.setattr(Path, "read_bytes", real_read)
+
+    def exists(self):
+        if art in self.parents and self.parent != art:     # a file in a sub-folder: its folder refuses stat
+            raise PermissionError(13, "Permission denied")
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    with pytest.raises(er.ArtifactError) as ei:
+        load_artifact(art)
+    assert ei.value.code == "artifact_file_unreadable"
+    with pytest.raises(er.ArtifactError) as ei:       # the artifact's own folder inside an unreadable one
+        load_artifact(art / "fake" / "x")
+    assert ei.value.code == "artifact_file_unreadable"
+
+
 def test_manifest_problems(make_artifact, tmp_path):
     root = make_artifact("tensors")
     (root / "manifest.json").write_text("{not json")
