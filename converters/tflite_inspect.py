@@ -69,7 +69,8 @@ def _read(path_or_bytes) -> tuple[bytes, str | None]:
     try:
         size = p.stat().st_size
         if not p.is_file():
-            raise ArtifactError("not a regular file", file=name, code=ec.ARTIFACT_MISSING)
+            raise ArtifactError("not a regular file (a .tflite model file is wanted)", file=name,
+                                code=ec.ARTIFACT_FILE_INVALID)
         if size > MAX_FILE_BYTES:
             raise ArtifactError(f"model is {size} bytes, over the {MAX_FILE_BYTES} byte cap", file=name,
                                 code=ec.ARTIFACT_TOO_LARGE)

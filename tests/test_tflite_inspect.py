@@ -360,8 +360,9 @@ def test_garbage_and_truncated_files_raise_artifact_error(tmp_path):
     with pytest.raises(ArtifactError) as exc:
         inspect_tflite(tmp_path / "missing.tflite")
     assert exc.value.code == "artifact_missing"
-    with pytest.raises(ArtifactError):
-        inspect_tflite(tmp_path)  # a directory
+    with pytest.raises(ArtifactError) as exc:
+        inspect_tflite(tmp_path)  # a directory: there, but not a model file
+    assert exc.value.code == "artifact_file_invalid"
 
 
 def test_aliased_vectors_cannot_amplify_work():
