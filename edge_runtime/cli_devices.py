@@ -86,7 +86,7 @@ def artifact_choice(path, hw: dict, device: str = "auto", strict: bool = False) 
     from .artifact import load_artifact
     from .selection import choose, rank, table
 
-    art = load_artifact(path, verify=False)
+    art = load_artifact(path)       # hashed as load() would: a corrupt artifact is no choice (exit 3)
     out = {"path": str(path), "model": art.name, "version": art.version, "targets": art.targets(),
            "device": device, "strict": strict, "chosen": None, "fallback": None, "error": None}
     from . import tune
@@ -163,7 +163,8 @@ def _print_devices(d: dict) -> None:
 def devices(artifact, device, require_device, as_json):
     """Hardware found, backend packages present, and (with --artifact) the device choice and why.
 
-    Nothing is loaded or run. Exit 4 when the artifact could not run on the device asked for.
+    Nothing is loaded or run; the artifact's files are checked (sha256) as load would check them.
+    Exit 4 when the artifact could not run on the device asked for, 3 when it is corrupt.
 
     \b
     Examples:

@@ -90,6 +90,12 @@ def test_devices_artifact_shows_the_choice_and_the_table(make_artifact, on_board
     assert r.exit_code == 4 and "would fail: [device_unavailable]" in r.output
     r = run("devices", "--artifact", art)
     assert "would run: fake on fake:cpu" in r.output and "* fake" in r.output
+    model = art / "fake" / "static.npz"                  # a corrupt artifact would not run anywhere
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    model.write_bytes(bytes(data))
+    r = run("devices", "--artifact", art)
+    assert r.exit_code == 3 and "would run" not in r.output and "artifact_hash_mismatch" in r.output, r.output
 
 
 def test_devices_on_a_jetson(on_board):
