@@ -363,15 +363,13 @@ async def start_grpc(core: Any, host: str, port: int, token: str | None = None, 
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(sp.SERVICE_FULL_NAME, handlers),))
     address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
     check_port_free(host, port)       # a port in use: our typed error, not grpc's RuntimeError and native log
+    why = "the port cannot be bound"
     try:
         bound = server.add_insecure_port(address)
     except (RuntimeError, OSError) as exc:       # grpc raises RuntimeError('Failed to bind ...')
-        bound, why = 0, exc
-    else:
-        why = None
+        bound, why = 0, str(exc)
     if not bound:
-        raise DeviceError(f"cannot listen on {host}:{port} (gRPC): {why or 'the port cannot be bound'}",
-                          code=ec.DEVICE_UNAVAILABLE)
+        raise DeviceError(f"cannot listen on {host}:{port} (gRPC): {why}", code=ec.DEVICE_UNAVAILABLE)
     await server.start()
     try:
         server.edge_port = bound
