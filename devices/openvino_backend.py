@@ -164,12 +164,16 @@ class OpenVinoSession(DeviceSession):
         except Exception as exc:
             if "CACHE_DIR" not in self._config:
                 raise
-            # a broken cache entry must not stop the model: compile once more without the cache
-            self.cache_error = f"compiling with the model cache failed, compiled without it: {exc}"
+            # a broken cache entry must not stop the model: compile once more without the cache. If
+            # that fails too the model does not compile (its error is raised), and the cache is not blamed
+            config = {k: v for k, v in self._config.items() if k != "CACHE_DIR"}
+            compiled = core().compile_model(self._model, ov_device, {**config, "PERFORMANCE_HINT": "LATENCY"})
+            first = " ".join(str(exc).split())          # OpenVINO's messages span lines: one log line
+            self.cache_error = f"compiling with the model cache failed, compiled without it: {first}"
             log.warning("openvino %s", self.cache_error)
-            self._config.pop("CACHE_DIR")
+            self._config = config
             self.cache = None
-            return core().compile_model(self._model, ov_device, {**self._config, "PERFORMANCE_HINT": "LATENCY"})
+            return compiled
 
     # -- infer() -------------------------------------------------------------
     def _new_request(self) -> "_Request":

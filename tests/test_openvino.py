@@ -399,3 +399,36 @@ def test_a_recorded_precision_that_does_not_compile_here_falls_back_to_f32(ov_di
         sess.close()
     with pytest.raises(RuntimeError):           # asked for by the caller (no recorded reason): not silently changed
         ovb.OpenVinoSession(xml, bucket, "cpu", {"precision": "bf16", "cache": False}, None)
+
+
+def test_a_cache_failure_falls_back_and_a_model_that_never_compiles_does_not_blame_the_cache(monkeypatch):
+    """A compile that fails with CACHE_DIR is retried without it: the cache is blamed (one log
+    line) only when the retry compiles; a model that fails both ways raises its own error."""
+    from edge_runtime.devices import openvino_backend as ob
+
+    calls = []
+
+    class Core:
+        def __init__(self, fail_always):
+            self.fail_always = fail_always
+
+        def compile_model(self, model, device, config):
+            calls.append(dict(config))
+            if self.fail_always or "CACHE_DIR" in config:
+                raise RuntimeError("Exception from src/inference:\nbroken\nthing")
+            return "compiled"
+
+    def session():
+        s = ob.OpenVinoSession.__new__(ob.OpenVinoSession)
+        s._model, s._config, s.cache, s.cache_error = "model", {"CACHE_DIR": "/c", "X": 1}, "/c", None
+        return s
+
+    monkeypatch.setattr(ob, "core", lambda: Core(False))
+    s = session()
+    assert s._compile_latency("CPU") == "compiled" and s.cache is None and "CACHE_DIR" not in s._config
+    assert "\n" not in s.cache_error and "broken thing" in s.cache_error
+    monkeypatch.setattr(ob, "core", lambda: Core(True))
+    s = session()
+    with pytest.raises(RuntimeError, match="broken"):
+        s._compile_latency("CPU")
+    assert s.cache_error is None and s._config["CACHE_DIR"] == "/c"
