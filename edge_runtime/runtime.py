@@ -171,7 +171,7 @@ class Runtime(CallPath):
         """The cached tune decision for ``auto`` (measured now when ``tune`` and there is none)."""
         if tuned_for not in tuning.PURPOSES:
             raise InputError(f"tuned_for must be one of {', '.join(tuning.PURPOSES)}, got {tuned_for!r}",
-                             code=ec.LIMIT_INVALID)
+                             code=ec.INPUT_INVALID)
         if device not in (None, "auto"):
             return None
         t = time.perf_counter()

@@ -98,6 +98,9 @@ def test_load_passes_tuned_for_to_the_decision(make_artifact):
                                      "why": "throughput"}})
     with er.load(art, tuned_for="throughput") as rt:
         assert rt.info()["device_options"] == {"stall_ms": 0.25}
+    with pytest.raises(InputError) as exc:                 # the caller's argument, not a limit
+        er.load(art, tuned_for="bogus")
+    assert exc.value.code == "input_invalid"
 
 
 # -- 2. an empty probe set ------------------------------------------------------------------------
