@@ -88,19 +88,20 @@ def timed(fn, n: int) -> list[float]:
     return out
 
 
-def binary_request(data: bytes) -> tuple[bytes, dict]:
-    """(body, headers) of a KServe v2 infer request carrying ``data`` as one BYTES item in binary."""
-    head = json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES",
+def binary_request(data: bytes, name: str = "image") -> tuple[bytes, dict]:
+    """(body, headers) of a KServe v2 infer request carrying ``data`` as one BYTES item in binary
+    (``name``: the model's input, ``image`` or ``text``)."""
+    head = json.dumps({"inputs": [{"name": name, "shape": [1], "datatype": "BYTES",
                                    "parameters": {"binary_data_size": len(data) + 4}}]}).encode()
     return head + len(data).to_bytes(4, "little") + data, {"Inference-Header-Content-Length": str(len(head))}
 
 
-def raw_request(where: str, model: str, data: bytes):
+def raw_request(where: str, model: str, data: bytes, name: str = "image"):
     """A function sending one binary-tensor infer request (one BYTES item) on a kept-alive ``http.client``
     connection: the least a client can do, so the server's own cost shows without tritonclient's."""
     import http.client
 
-    body, headers = binary_request(data)
+    body, headers = binary_request(data, name)
     host, port = where.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port))
 
@@ -235,8 +236,8 @@ def main():
 
     import edge_runtime as er
 
-    def bytes_input(values):
-        inp = th.InferInput("x", [len(values)], "BYTES")
+    def bytes_input(values, name="image"):
+        inp = th.InferInput(name, [len(values)], "BYTES")
         inp.set_data_from_numpy(np.array(values, dtype=object))
         return inp
 
@@ -257,18 +258,19 @@ def main():
                 model = rt.artifact.name
                 if key == "minilm":
                     text = next(t for t in sst2(200) if rt.infer(t).bucket == "seq64")
-                    raw, make = text, (lambda: bytes_input([text.encode()]))
+                    raw, make = text, (lambda: bytes_input([text.encode()], "text"))
                 else:
                     raw = sorted((ROOT / "models/zoo/digits-cnn/held_out").rglob("*.png"))[0].read_bytes()
                     make = (lambda: bytes_input([raw]))
                 data = text.encode() if key == "minilm" else raw
+                name = "text" if key == "minilm" else "image"
                 floor = None
                 if key == "digits" and rt.variant.target == "onnx-int8":     # the hand-written server's floor
                     floor = FloorServer(arts[key])
                     assert floor.label(model, data) == rt.infer(raw).prediction    # the same answer as ours
                 try:
                     out[key] = latency_pair(rt, client, model, raw, make, args.rounds, args.calls,
-                                            raw_request(srv.http, model, data),
+                                            raw_request(srv.http, model, data, name),
                                             raw_request(floor.http, model, data) if floor else None)
                 finally:
                     if floor is not None:
@@ -276,7 +278,7 @@ def main():
                 out[key].update(cold_start_to_ready_s=round(cold, 3), ready_line=srv.ready_line,
                                 device=rt.device, target=rt.variant.target, **inline_state(srv.http))
             if key == "minilm":        # the seed's headline service: one sentence at a time through the server
-                lat = timed_each(client, model, [bytes_input([t.encode()]) for t in sst2(args.sentiment)])
+                lat = timed_each(client, model, [bytes_input([t.encode()], "text") for t in sst2(args.sentiment)])
                 out["sentiment"] = {"sentences": len(lat), "p50_ms": round(p(lat, 50), 3),
                                     "p99_ms": round(p(lat, 99), 3), "seed_sla_p99_ms_gpu": 100}
         finally:

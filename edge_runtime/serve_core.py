@@ -357,6 +357,15 @@ class ServeCore(DynamicBatching):
     def count_rejection(self, reason: str) -> None:
         self._rejections[reason] += 1
 
+    def count_refused(self, model: str, version: str | None, status: str, received_bytes: int) -> None:
+        """An inference request a front end answered without calling ``infer`` (unauthorized, a body
+        too large, late, cut off or malformed): counted once, as ``infer`` counts its own, in
+        ``edge_serve_requests_total`` with its status (the model's label only for a model served here)
+        and its bytes received in ``edge_serve_received_bytes_total``."""
+        m = self.models.get((model, str(version or self._latest.get(model))))
+        self._requests[(m.name if m is not None else "", status)] += 1
+        self._received_bytes += int(received_bytes)
+
     def metrics_text(self) -> str:
         """Prometheus text: ``rt.metrics()`` of every model, then the server's counters (``serve_metrics``)."""
         from .serve_metrics import metrics_text

@@ -235,11 +235,15 @@ class _Service:
             try:
                 if method not in OPEN_METHODS and not self._authorized(context):
                     self._count("unauthorized")
+                    if method == "ModelInfer":
+                        self._refused("", None, "unauthorized", len(raw))
                     raise ServeError("unauthorized", "missing or wrong bearer token", ec.SERVE_UNAUTHORIZED)
                 try:
                     msg = req_cls.FromString(raw)
                 except Exception as e:      # protobuf's DecodeError: the caller's bytes, not our bug
                     self._count("malformed")
+                    if method == "ModelInfer":
+                        self._refused("", None, "bad_request", len(raw))
                     raise _bad(f"{method}: the message does not parse ({e})") from None
                 return await call(msg, len(raw), context)
             except ServeError as e:
@@ -256,6 +260,12 @@ class _Service:
         count = getattr(self.core, "count_rejection", None)
         if count is not None:
             count(reason)
+
+    def _refused(self, model: str, version: str | None, status: str, received_bytes: int) -> None:
+        """A ModelInfer answered before the core: counted once in the requests and received bytes."""
+        count = getattr(self.core, "count_refused", None)
+        if count is not None:
+            count(model, version, status, received_bytes)
 
     async def _ServerLive(self, msg: Any, n: int, context: Any) -> Any:
         return sp.message_class("ServerLiveResponse")(live=bool(self.core.live))
@@ -287,8 +297,9 @@ class _Service:
     async def _ModelInfer(self, msg: Any, n: int, context: Any) -> Any:
         try:
             req = to_request(msg, n)
-        except ServeError:
+        except ServeError as err:
             self._count("malformed")            # refused before the core: counted as the core counts its own
+            self._refused(msg.model_name, msg.model_version or None, err.status, n)
             raise
         remaining = context.time_remaining()
         if remaining is not None and "timeout" not in req.parameters:

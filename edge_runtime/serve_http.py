@@ -91,7 +91,11 @@ def create_app(core: ServeCore, *, token: str | None = None, read_timeout_s: flo
     ]
     async def unrouted(request: Request, exc: Exception) -> Response:   # unknown path or method: our body too
         status = getattr(exc, "status_code", 404)
-        return JSONResponse(no_route(request.method, request.url.path), status_code=status)
+        headers = None
+        if status == 405:          # RFC 9110: a 405 lists the methods the path takes (Starlette's, sorted)
+            allow = (getattr(exc, "headers", None) or {}).get("Allow", "")
+            headers = {"Allow": ", ".join(sorted(m.strip() for m in allow.split(",") if m.strip())) or "GET"}
+        return JSONResponse(no_route(request.method, request.url.path), status_code=status, headers=headers)
 
     app = Starlette(routes=routes, exception_handlers={404: unrouted, 405: unrouted})
     return InferEndpoint(core, app, token=token, read_timeout_s=read_timeout_s)

@@ -99,19 +99,25 @@ class InferEndpoint:
                 header_length = value.decode("latin-1") if header_length is None else header_length
             elif name == b"authorization":
                 auth = value if auth is None else auth
+        # every request answered here before the core is counted here, once (the core counts its own)
         if not authorized(auth, self.expected):
             core.count_rejection("unauthorized")
+            core.count_refused(model, version, "unauthorized", 0)
             return await send_error(send, unauthorized())
         if scope["method"] != "POST":
+            core.count_refused(model, version, "method_not_allowed", 0)
             return await _send(send, 405, serve_json.dumps(no_route(scope["method"], scope["path"])), _JSON,
                                [(b"allow", b"POST")])
+        got = [0]                      # body bytes received, also when the body is refused part-read
         try:
-            body = await self._body(receive, claimed)
+            body = await self._body(receive, claimed, got)
         except _ClientGone:
             core.count_rejection("disconnected")
+            core.count_refused(model, version, "cancelled", got[0])
             return await _send(send, 400, b"", b"text/plain")
         except ServeError as err:      # the rest of the body is never read: the connection closes after it
             core.count_rejection(_REASON.get(err.status, "malformed"))
+            core.count_refused(model, version, err.status, got[0])
             return await send_error(send, err, close=True)
         try:
             if len(body) <= INLINE_DECODE_BYTES:
@@ -121,6 +127,7 @@ class InferEndpoint:
                     None, decode_request, body, header_length, model, version)
         except ServeError as err:
             core.count_rejection("malformed")
+            core.count_refused(model, version, err.status, len(body))
             return await send_error(send, err)
         try:
             resp = await core.infer(req)
@@ -132,8 +139,9 @@ class InferEndpoint:
         await _send(send, 200, payload, b"application/octet-stream",
                     [(b"inference-header-content-length", str(json_len).encode())])
 
-    async def _body(self, receive, claimed: bytes | None) -> bytes:
-        """The body, at most the core's ``max_body_bytes``, all of it within ``read_timeout_s``."""
+    async def _body(self, receive, claimed: bytes | None, got: list[int] | None = None) -> bytes:
+        """The body, at most the core's ``max_body_bytes``, all of it within ``read_timeout_s``;
+        ``got[0]``: the bytes received so far (for the metrics, also when it raises)."""
         cap = self.core.max_body_bytes
         if claimed is not None:
             try:
@@ -145,6 +153,7 @@ class InferEndpoint:
                 raise ServeError("too_large", f"the body is {n} bytes, over the server's cap of {cap}",
                                  ec.SERVE_REQUEST_TOO_LARGE)
         chunks, total = [], 0
+        got = [0] if got is None else got
         end = asyncio.get_running_loop().time() + self.read_timeout_s
         arrived = _arrived(receive)
         while True:
@@ -162,6 +171,7 @@ class InferEndpoint:
             chunk = msg.get("body", b"")
             if chunk:
                 total += len(chunk)
+                got[0] = total
                 if total > cap:
                     raise ServeError("too_large", f"the body passed the server's cap of {cap} bytes",
                                      ec.SERVE_REQUEST_TOO_LARGE)

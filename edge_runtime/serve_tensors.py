@@ -2,14 +2,16 @@
 
 Inputs (one request holds N items; every item goes through ``rt.infer_batch``):
 
-- text tasks: one ``BYTES`` input (any name; ``text`` by convention), each
-  element one UTF-8 text;
+- text tasks: one ``BYTES`` input ``text``, each element one UTF-8 text;
 - image tasks: one ``BYTES`` input (``image``), each element one encoded
   PNG/JPEG/BMP image (always the image's bytes, never a path on the server),
   or one ``UINT8`` input, ``[H, W]`` / ``[H, W, C]`` for one image or
   ``[N, H, W, C]`` for N;
 - ``tensors``: the model's named numeric inputs, as the model declares them
   (``[1, ...]``), or ``[N, ...]`` for N items when the model's batch axis is 1.
+
+An input name the model does not declare is refused (``serve_request_malformed``,
+naming the model's), as Triton does.
 
 Outputs, each ``[N, ...]`` along the items:
 
@@ -43,6 +45,10 @@ from .serve_types import BYTES, DATATYPES, InferRequest, ServeError, Tensor, dat
 _BIG = ("embedding", "outputs", "raw_outputs")
 
 
+# the one input of a text or image model, as its metadata names it (io_metadata)
+INPUT_NAME = {"text": "text", "image": "image"}
+
+
 def bad(message: str) -> ServeError:
     return ServeError("bad_request", message, ec.SERVE_REQUEST_MALFORMED)
 
@@ -56,6 +62,9 @@ def request_items(kind: str, model_inputs: list[dict], req: InferRequest) -> lis
             raise bad(f"this {kind} model takes one input, got {len(req.inputs)}: "
                       f"{', '.join(t.name for t in req.inputs)}")
         t = req.inputs[0]
+        want = INPUT_NAME[kind]
+        if t.name != want:         # as Triton: an input the model does not declare is refused, not guessed
+            raise bad(f"input {t.name!r} is not an input of this model; it takes {want!r}")
         items: list[Any]
         if t.datatype == BYTES:
             items = [bytes(x) for x in t.data]
@@ -78,6 +87,11 @@ def request_items(kind: str, model_inputs: list[dict], req: InferRequest) -> lis
 
 
 def _tensor_items(model_inputs: list[dict], req: InferRequest) -> list:
+    specs = {s["name"]: list(s["shape"]) for s in model_inputs}
+    unknown = [t.name for t in req.inputs if t.name not in specs]
+    if unknown:                # before any work, as for text and image (a missing input: the runtime's 400)
+        raise bad(f"input(s) {', '.join(map(repr, unknown))} not declared by this model; "
+                  f"it takes {', '.join(map(repr, specs))}")
     arrays: dict[str, np.ndarray] = {}
     for t in req.inputs:
         if t.datatype == BYTES:
@@ -85,7 +99,6 @@ def _tensor_items(model_inputs: list[dict], req: InferRequest) -> list:
         if t.name in arrays:
             raise bad(f"input {t.name!r} is given twice")
         arrays[t.name] = np.asarray(t.data)
-    specs = {s["name"]: list(s["shape"]) for s in model_inputs}
     counts = set()
     for name, arr in arrays.items():
         shape = specs.get(name)
@@ -176,10 +189,8 @@ def response_outputs(results: list, requested: list[str] | None) -> list[Tensor]
 
 def io_metadata(kind: str, model_inputs: list[dict], sample_results: list | None) -> tuple[list[dict], list[dict]]:
     """v2 metadata ``inputs`` and ``outputs`` (``-1``: any size) from the task kind and one real result."""
-    if kind == "text":
-        inputs = [{"name": "text", "datatype": BYTES, "shape": [-1]}]
-    elif kind == "image":
-        inputs = [{"name": "image", "datatype": BYTES, "shape": [-1]}]
+    if kind in INPUT_NAME:
+        inputs = [{"name": INPUT_NAME[kind], "datatype": BYTES, "shape": [-1]}]
     else:
         inputs = [{"name": s["name"], "datatype": _datatype_name(s["dtype"]), "shape": list(s["shape"])}
                   for s in model_inputs]

@@ -135,26 +135,40 @@ def _from_binary(where: str, datatype: str, shape: list[int], count: int, chunk:
     return np.frombuffer(chunk, dtype=dtype).astype(dtype.newbyteorder("="), copy=True).reshape(shape)
 
 
-def _flat(data: Any) -> list:
+def _flat(where: str, shape: list[int], count: int, data: Any) -> list:
+    """``data`` as a flat row-major list: given flat (``count`` elements) or nested exactly as ``shape``
+    (each level a list of that dimension's length), as the protocol allows; anything else is refused.
+    Flat data is taken as it is (a list among its elements fails the datatype's check after this);
+    nested data is flattened a level at a time with ``list.extend``, each list's length checked: one
+    ``len`` per inner list, not a Python step per element."""
     if not isinstance(data, list):
-        return [data]
-    out: list = []
-    stack = [iter(data)]
-    while stack:
-        for x in stack[-1]:
-            if isinstance(x, list):
-                stack.append(iter(x))
-                break
-            out.append(x)
-        else:
-            stack.pop()
-    return out
+        if not shape:                            # a 0-d tensor nested as its shape: the bare value
+            return [data]
+        raise bad(f"{where}: 'data' must be a list, got {type(data).__name__}")
+    if not data or not isinstance(data[0], list):
+        if len(data) != count:
+            raise bad(f"{where}: shape {shape} holds {count} element(s), 'data' {len(data)}")
+        return data                              # flat (for a 1-d shape also nested as it)
+    level = [data]
+    for depth, n in enumerate(shape):
+        out: list = []
+        for x in level:
+            if not isinstance(x, list) or len(x) != n:
+                raise bad(f"{where}: 'data' is neither flat ({count} element(s)) nor nested as shape {shape}: "
+                          f"{_what(x)} at depth {depth}, where a list of {n} belongs")
+            out.extend(x)
+        level = out
+    if level and isinstance(level[0], list):
+        raise bad(f"{where}: 'data' nests deeper than shape {shape}")
+    return level
+
+
+def _what(x: Any) -> str:
+    return f"a list of {len(x)}" if isinstance(x, list) else f"a {type(x).__name__}"
 
 
 def _from_json(where: str, datatype: str, shape: list[int], count: int, data: Any) -> Any:
-    flat = _flat(data)
-    if len(flat) != count:
-        raise bad(f"{where}: shape {shape} holds {count} element(s), 'data' {len(flat)}")
+    flat = _flat(where, shape, count, data)
     if datatype == BYTES:
         if not all(isinstance(x, str) for x in flat):
             raise bad(f"{where}: BYTES data in JSON must be strings")
