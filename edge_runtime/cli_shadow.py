@@ -184,4 +184,6 @@ def summary_lines(d: dict) -> list[str]:
         out.append(f"-> {d['output']}")
     if d.get("report"):
         out.append(f"report -> {d['report']}")
-    return out
+    from .score_lines import _utf8_safe
+
+    return [_utf8_safe(x) for x in out]     # an id with a lone surrogate: its \uXXXX escape, not a crash of echo

@@ -102,7 +102,8 @@ def _read_job(path: Path, out: Path) -> dict | None:
     if not path.exists():
         return None
     try:
-        job = json.loads(path.read_text(encoding="utf-8"))
+        # surrogateescape: _write_job writes an input path's undecodable byte (in\xe9.txt) as that byte
+        job = json.loads(path.read_bytes().decode("utf-8", "surrogateescape"))
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: the job record of {out} does not parse ({exc}); start over with --force",
                          code=ec.SCORE_OUTPUT_CORRUPT) from None

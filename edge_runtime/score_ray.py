@@ -44,8 +44,8 @@ from typing import Callable
 
 from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
-from .score import Progress, Summary, _jsonable, _write_job, job_identity, job_path, prepare_output
-from .score_job import check_resume_options, overwrite
+from .score import Progress, Summary, _append_to, _jsonable, _start_output, job_identity, prepare_output
+from .score_job import check_output, check_resume_options, overwrite
 
 OBJECT_STORE_BYTES = 200_000_000
 
@@ -247,12 +247,14 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
     journal = final.with_name(final.name + ".journal.jsonl") if parquet_out and final else final
     skip = 0
     if journal is not None:
-        if parquet_out and final is not None and final.exists() and not resume:
-            overwrite(final, force)
+        if parquet_out and final is not None:
+            # never a device, a folder or the input (-o in.parquet): --force would delete it, and the end of
+            # any run (--resume too) replaces it with the output
+            check_output(final, job)
+            if final.exists() and not resume:
+                overwrite(final, force, job)
         skip = prepare_output(journal, resume, force, summary, job)
-        journal.parent.mkdir(parents=True, exist_ok=True)
-        if skip == 0 and job is not None:
-            _write_job(job_path(journal), job)
+        _start_output(journal, job if skip == 0 else None)     # a -o that cannot be created: an InputError naming it
     todo = _todo(records, skip, summary, out)
     if progress is not None and progress.total is None:
         progress.total = _count(input_path, fmt, source["format"])
@@ -263,7 +265,7 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
         fh = stream if stream is not None else sys.stdout.buffer
     else:
         assert journal is not None
-        fh = open(journal, "ab")
+        fh = _append_to(journal)
     writer = OrderedWriter(fh, skip, summary, owned=not to_stream, progress=progress, on_progress=on_progress)
     t0 = time.perf_counter()
     started = False

@@ -19,7 +19,10 @@ neither always meets a warm cache. Each input is one JSONL line, in input order:
 - ``input``: the text (first 300 characters) or the image path, for the report.
 
 Nothing lost: the output and its job record are ``score``'s (``score.prepare_output``,
-``score.job_identity``, ``OUT.job.json`` written atomically before the first line).
+``score.job_identity``, ``OUT.job.json`` written atomically before the first line); so are
+its refusals (an output or job record that is not a regular file, or is the input: nothing
+touched, exit 2; a -o that cannot be created: ``input_invalid`` naming it) and its lines
+(strict UTF-8 JSON whatever the id holds: ``score_lines``).
 The job record is A's, with B's artifact seal, variant, device and the agreement
 threshold in its options, so ``--resume`` refuses (``score_output_mismatch``) another
 input, either side's artifact, variant or device; a partial last line is cut and
@@ -76,15 +79,6 @@ def job_record(rt_a, rt_b, source: dict | None, agree_at: float | None) -> dict:
     return job
 
 
-def _write_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _existing(out: Path, summary: ShadowSummary) -> None:
     with open(out, "rb") as fh:
         for raw in fh:
@@ -97,7 +91,7 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
            stream=None) -> ShadowSummary:
     """Run ``records`` (``score_inputs.read_records``) through both runtimes into ``out`` (a path,
     ``"-"`` for ``stream``/stdout, or None: the summary only) and return the summary."""
-    from .score import Summary, job_path, prepare_output
+    from .score import Summary, _append_to, _jsonable, _start_output, prepare_output
     from .score_job import check_resume_options
 
     check_resume_options(resume, force, out)
@@ -113,15 +107,13 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
         out = Path(out)
         job = job_record(rt_a, rt_b, source, agree_at)
         counted = Summary()
-        skip = prepare_output(out, resume, force, counted, job)
+        skip = prepare_output(out, resume, force, counted, job)    # refuses a device, a folder, the input
         last_id, last_line = counted.last_id, counted.last_line
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if skip == 0:
-            _write_atomic(job_path(out), job)
-        else:
+        _start_output(out, job if skip == 0 else None)      # a -o that cannot be created: an InputError naming it
+        if skip:
             _existing(out, summary)
             summary.resumed_from = skip
-        fh, owned = open(out, "ab"), True
+        fh, owned = _append_to(out), True
     elif out is not None:
         import sys
 
@@ -134,9 +126,9 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
             truth = next(labels)
             seen = record.index + 1
             if record.index < skip:
-                if record.index == skip - 1 and (record.id, record.line) != (last_id, last_line):
+                if record.index == skip - 1 and (_jsonable(record.id), record.line) != (last_id, last_line):
                     raise InputError(f"{out} does not belong to this input: its line {skip} is id {last_id!r}, "
-                                     f"input {skip} is id {record.id!r}", code=ec.SCORE_OUTPUT_MISMATCH)
+                                     f"input {skip} is id {_jsonable(record.id)!r}", code=ec.SCORE_OUTPUT_MISMATCH)
                 continue
             if record.error is not None:
                 out_a = out_b = record.error
@@ -149,7 +141,7 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
             text, line = _dumps(shadow_line(record, out_a, out_b, truth, agree_at))
             summary.add(line)
             if fh is not None:
-                fh.write((text + "\n").encode("utf-8", "surrogateescape"))
+                fh.write((text + "\n").encode("utf-8"))      # _dumps escapes lone surrogates
                 now = time.perf_counter()
                 if now - last_flush >= 0.2:
                     fh.flush()

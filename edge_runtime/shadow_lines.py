@@ -8,6 +8,7 @@ from typing import Any
 
 from . import error_codes as ec
 from .errors import EdgeRuntimeError
+from .score_lines import _finite, _jsonable, _text, _utf8_safe
 from .shadow_compare import compare
 
 INPUT_PREVIEW_CHARS = 300
@@ -32,8 +33,6 @@ def _preview(value: Any) -> Any:
 
 def shadow_line(record, out_a, out_b, truth, agree_at: float | None) -> dict:
     """One output line from the two outcomes (``InferenceResult`` or ``EdgeRuntimeError``)."""
-    from .score import _jsonable
-
     side_a, full_a = _side(out_a)
     side_b, full_b = _side(out_b)
     head = {"index": record.index, "id": _jsonable(record.id), "line": getattr(record, "line", None)}
@@ -52,20 +51,27 @@ def shadow_line(record, out_a, out_b, truth, agree_at: float | None) -> dict:
 
 
 def _dumps(line: dict) -> tuple[str, dict]:
-    """(the JSON text, the line as written): a side whose result holds NaN or infinity is written
-    as that side's failure (``result_nonfinite``), never as a silent "NaN"."""
-    try:
-        return json.dumps(line, ensure_ascii=False, allow_nan=False, default=str), line
-    except ValueError:
-        pass
+    """(the JSON text, the line as written): strict UTF-8 JSON as ``score`` writes it
+    (``score_lines._text`` and ``_utf8_safe``: compact, a lone surrogate in an id or the input
+    written as its ``\\uXXXX`` escape, a NaN id already the string ``"NaN"``). A side whose result
+    holds NaN or infinity is written as that side's failure (``result_nonfinite``), never as a
+    silent "NaN"; NaN elsewhere (the comparison) fails the comparison, never the writer."""
+    text = _text(line)
+    if text is not None:
+        return _utf8_safe(text), line
     line = dict(line)
     for key in ("a", "b"):
-        try:
-            json.dumps(line[key], allow_nan=False, default=str)
-        except ValueError:
-            line[key] = {"ok": False, "error": {"type": "InferenceRuntimeError", "code": ec.RESULT_NONFINITE,
-                                                "message": "the model produced NaN or infinity"}}
-    both_failed = not line["a"]["ok"] and not line["b"]["ok"]
-    line.update(ok=False, compare=None, agree=None if both_failed else False,
-                error=(line["a"] if not line["a"]["ok"] else line["b"])["error"])
-    return json.dumps(line, ensure_ascii=False, default=str), line
+        if line[key].get("ok") and not _finite(line[key]):
+            line[key] = _nonfinite("the model produced NaN or infinity")
+    a_ok, b_ok = line["a"]["ok"], line["b"]["ok"]
+    error = (line["a"] if not a_ok else line["b"] if not b_ok
+             else _nonfinite("the comparison of A and B produced NaN or infinity"))["error"]
+    line.update(ok=False, compare=None, agree=None if not a_ok and not b_ok else False, error=error)
+    text = _text(line)
+    if text is None:        # NaN outside the sides and the comparison (the input holds no float): never
+        text = json.dumps(line, ensure_ascii=False, default=str, separators=(",", ":"))
+    return _utf8_safe(text), line
+
+
+def _nonfinite(message: str) -> dict:
+    return {"ok": False, "error": {"type": "InferenceRuntimeError", "code": ec.RESULT_NONFINITE, "message": message}}

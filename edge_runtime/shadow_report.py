@@ -254,8 +254,14 @@ def write_report(path, summary, meta: dict) -> Path:
     d = summary.to_dict()
     page = render(d, (summary.latencies_a, summary.latencies_b), summary.figures, meta)
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(page, encoding="utf-8")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        # an id or input with a lone surrogate (a JSONL "\ud800", an undecodable CSV byte): its \uXXXX escape
+        p.write_text(page, encoding="utf-8", errors="backslashreplace")
+    except OSError as exc:          # --report names a folder, a path under a file: the caller's option, exit 2
+        from .score_job import output_error
+
+        raise output_error(p, exc) from None
     return p
 
 
