@@ -205,7 +205,8 @@ def tune(path, *, hardware=None, rounds: int = 3, batch: bool = True, progress=l
     first.close()
     probe = read(art)
     cands = candidate_paths(art, hw)
-    progress(f"tune: {len(cands)} candidate path(s), {len(probe.inputs)} probe samples, {rounds} rounds")
+    progress(f"tune: up to {len(cands)} candidate path(s) (a hint resolving to a path already measured "
+             f"runs once), {len(probe.inputs)} probe samples, {rounds} rounds")
     rows: list[dict] = []
     live: list[tuple[dict, Any, list[float]]] = []
     for cand in cands:
@@ -293,12 +294,13 @@ def _why(best: dict, rows: list[dict], purpose: str) -> str:
     field, unit = ("latency_ms_median", "ms") if purpose == "latency" else ("batch_items_per_s", "items/s")
     shown = "; ".join(f"{r['target']} on {r['backend']}{_opts(r)}: "
                       + (f"{r[field]} {unit}, {r.get('metric', 'parity')} {r['value']:.4f}"
+                         + (", under budget" if r.get("passed") is False else "")
                          if field in r and r.get("value") is not None else
                          f"failed ({r['error']['code']})" if "error" in r else
                          f"under budget ({r.get('value')})")
                       for r in rows)
     return f"measured here, the {'fastest' if purpose == 'latency' else 'highest throughput'} within the parity " \
-           f"budget ({shown})"
+           f"budget (every candidate: {shown})"
 
 
 def rows_text(entry: dict) -> str:

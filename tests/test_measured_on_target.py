@@ -260,6 +260,10 @@ def test_tune_skips_a_candidate_under_budget(make_artifact, two_backends, monkey
     rows = {r["backend"]: r for r in entry["rows"]}
     assert rows["fake"]["passed"] is False
     assert entry["decision"]["latency"]["backend"] in ("fake-a", "fake-b")
+    why = entry["decision"]["latency"]["why"]            # the failed row is named as such, not as in budget
+    assert "fastest within the parity budget (every candidate:" in why
+    (failed,) = [part for part in why.split("; ") if " on fake:" in part]      # not "on fake-a:"
+    assert "under budget" in failed, why
 
 
 def test_the_cache_entry_is_ignored_for_another_machine_artifact_or_backend_version(make_artifact, two_backends,
