@@ -128,7 +128,8 @@ class TextTask(Task):
         try:
             raw.encode("utf-8")
         except UnicodeEncodeError:
-            raise InputError("text contains lone surrogates (not valid unicode)", code=ec.INPUT_BAD_ENCODING) from None
+            raise InputError("text is not valid unicode: a lone surrogate, or a byte of the input file that is "
+                             "not UTF-8", code=ec.INPUT_BAD_ENCODING) from None
         return raw
 
     def prepare(self, raw, limits) -> Prepared:
