@@ -61,6 +61,18 @@ def make_artifact(tmp_path):
     return build
 
 
+@pytest.fixture
+def text_art(make_artifact):
+    """A small text classifier on the fake backend (one per test)."""
+    return make_artifact("text-classification")
+
+
+@pytest.fixture
+def image_art(make_artifact):
+    """A small image classifier on the fake backend (one per test)."""
+    return make_artifact("image-classification")
+
+
 @pytest.fixture(scope="session")
 def digits_artifact(tmp_path_factory):
     """digits-cnn converted to onnx-int8 through the real pipeline (~10 s)."""

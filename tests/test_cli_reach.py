@@ -34,11 +34,6 @@ def one_error_line(stderr: str, code: str):
 
 
 @pytest.fixture
-def text_art(make_artifact):
-    return make_artifact("text-classification")
-
-
-@pytest.fixture
 def one_input_art(tmp_path):
     """A tensors artifact whose model has a single input (``x`` float32 [1, 4])."""
     from edge_runtime.artifact import ArtifactWriter

@@ -29,11 +29,6 @@ def run_cli(*args):
     return res
 
 
-@pytest.fixture
-def text_art(make_artifact):
-    return make_artifact("text-classification")
-
-
 def test_text_file_every_line_answered_in_order(text_art, tmp_path):
     src = tmp_path / "in.txt"
     src.write_bytes(b"good movie\nbad\n\xff\xfe broken utf8\n" + b"x" * 20_000 + b"\nlast line")

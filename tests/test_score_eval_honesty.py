@@ -45,16 +45,6 @@ def one_error(res, code):
     return err[-1]
 
 
-@pytest.fixture
-def text_art(make_artifact):
-    return make_artifact("text-classification")
-
-
-@pytest.fixture
-def image_art(make_artifact):
-    return make_artifact("image-classification")
-
-
 def _texts(path, n, word):
     path.write_text("".join(f"{word} {i}\n" for i in range(n)))
     return path

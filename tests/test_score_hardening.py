@@ -12,55 +12,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from edge_runtime import score_lines
-from edge_runtime.cli import main
 from edge_runtime.errors import InputError
 from edge_runtime.score_inputs import Record, count_records, read_records
+from output_cases import fifo_output, input_as_output, no_constant, run_cli, strict_lines, text_input
 from factories import png_bytes
-
-
-def run_cli(*args):
-    return CliRunner().invoke(main, list(map(str, args)))
-
-
-def _no_constant(name):
-    raise ValueError(f"{name} is not strict JSON")
-
-
-def strict_lines(path):
-    """The output's lines, read as strict UTF-8 and strict JSON (no NaN / Infinity)."""
-    text = Path(path).read_bytes().decode("utf-8")          # raises on a raw undecodable byte
-    return [json.loads(x, parse_constant=_no_constant) for x in text.splitlines()]
-
-
-@pytest.fixture
-def text_art(make_artifact):
-    return make_artifact("text-classification")
-
-
-@pytest.fixture
-def image_art(make_artifact):
-    return make_artifact("image-classification")
-
-
-def _input(tmp_path, text="good\nbad\nawful\n"):
-    src = tmp_path / "in.txt"
-    src.write_text(text)
-    return src
 
 
 # -- 1. --force / --resume never delete or write anything but a regular file that is not the input -----
 
 @pytest.mark.parametrize("via", ["fifo", "link-to-fifo"])
 def test_force_refuses_an_output_that_is_not_a_regular_file(text_art, tmp_path, via):
-    src = _input(tmp_path)
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    out = fifo if via == "fifo" else tmp_path / "link"
-    if via == "link-to-fifo":
-        out.symlink_to(fifo)
+    src = text_input(tmp_path)
+    fifo, out = fifo_output(tmp_path, via)
     res = run_cli("score", text_art, src, "-o", out, "--force", "--quiet")
     assert res.exit_code == 2 and "input_invalid" in res.output and "not a regular file" in res.output, res.output
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.path.lexists(out)       # nothing deleted
@@ -69,7 +34,7 @@ def test_force_refuses_an_output_that_is_not_a_regular_file(text_art, tmp_path, 
 
 
 def test_a_dangling_link_as_output_is_refused_not_followed(text_art, tmp_path):
-    src = _input(tmp_path)
+    src = text_input(tmp_path)
     (tmp_path / "elsewhere").mkdir()
     target = tmp_path / "elsewhere" / "created.jsonl"
     out = tmp_path / "out.jsonl"
@@ -82,13 +47,9 @@ def test_a_dangling_link_as_output_is_refused_not_followed(text_art, tmp_path):
 @pytest.mark.parametrize("how", ["same", "symlink", "hardlink"])
 @pytest.mark.parametrize("flag", ["--force", "--resume"])
 def test_the_input_itself_is_never_the_output(text_art, tmp_path, how, flag):
-    src = _input(tmp_path)
+    src = text_input(tmp_path)
     before = src.read_bytes()
-    out = src if how == "same" else tmp_path / "out.txt"
-    if how == "symlink":
-        out.symlink_to(src)
-    elif how == "hardlink":
-        os.link(src, out)
+    out = input_as_output(src, tmp_path, how)
     res = run_cli("score", text_art, src, "-o", out, flag, "--quiet")
     assert res.exit_code == 2 and "is the input" in res.output and "input_invalid" in res.output, res.output
     assert src.read_bytes() == before and os.path.lexists(out)
@@ -96,7 +57,7 @@ def test_the_input_itself_is_never_the_output(text_art, tmp_path, how, flag):
 
 
 def test_a_job_record_path_that_is_a_folder_is_refused(text_art, tmp_path):
-    src = _input(tmp_path)
+    src = text_input(tmp_path)
     out = tmp_path / "out.jsonl"
     assert run_cli("score", text_art, src, "-o", out, "--quiet").exit_code == 0
     job = Path(f"{out}.job.json")
@@ -110,7 +71,7 @@ def test_a_job_record_path_that_is_a_folder_is_refused(text_art, tmp_path):
 # -- 6. a bad -o is the caller's: a typed input error naming the path, exit 2 -----------------------------
 
 def test_an_existing_folder_as_output_is_a_typed_input_error(text_art, tmp_path):
-    src = _input(tmp_path)
+    src = text_input(tmp_path)
     folder = tmp_path / "somedir"
     folder.mkdir()
     (folder / "keep.txt").write_text("kept")
@@ -122,7 +83,7 @@ def test_an_existing_folder_as_output_is_a_typed_input_error(text_art, tmp_path)
 
 
 def test_an_output_under_a_file_is_a_typed_input_error(text_art, tmp_path):
-    src = _input(tmp_path)
+    src = text_input(tmp_path)
     blocker = tmp_path / "plain.txt"
     blocker.write_text("a file, not a folder")
     out = blocker / "x.jsonl"
@@ -188,7 +149,7 @@ def test_nan_and_infinite_ids_are_strings_and_the_result_stays_ok(image_art, tmp
 def test_a_nonfinite_id_given_to_score_directly_is_no_result_failure(rid):
     line, text = score_lines._dump(Record(0, rid, line=1), InputError("x", code="input_empty"))
     assert line["error"]["code"] == "input_empty" and isinstance(line["id"], str)
-    assert json.loads(text, parse_constant=_no_constant)["id"] == line["id"]
+    assert json.loads(text, parse_constant=no_constant)["id"] == line["id"]
 
 
 # -- 4. a pipe is read once, by the reader --------------------------------------------------------------

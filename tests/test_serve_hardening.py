@@ -88,6 +88,17 @@ async def _settle(*tasks) -> list:
     return await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 20)
 
 
+async def _behind_a_busy_model(core, gate, first_images, rest: list) -> list:
+    """The first request keeps the model busy (its call waits on ``gate``); the ``rest`` (one image
+    list per request) queue behind it and are merged; then the gate opens. Every result or error."""
+    first = asyncio.ensure_future(core.infer(_req(first_images)))
+    await asyncio.sleep(0.05)
+    queued = [asyncio.ensure_future(core.infer(_req(images))) for images in rest]
+    await asyncio.sleep(0.05)
+    gate.set()
+    return await _settle(first, *queued)
+
+
 def _timed(coro, stamps: dict, key: str):
     async def run():
         try:
@@ -179,15 +190,7 @@ def test_merged_batches_stay_within_the_request_byte_limit(bcore, monkeypatch):
     monkeypatch.setattr(m.rt, "infer_batch", lambda items, **kw: sizes.append(sum(map(len, items)))
                         or real_batch(items, **kw))
 
-    async def scenario():
-        first = asyncio.ensure_future(core.infer(_req(img)))
-        await asyncio.sleep(0.05)
-        rest = [asyncio.ensure_future(core.infer(_req([b]))) for b in big]
-        await asyncio.sleep(0.05)
-        gate.set()
-        return await _settle(first, *rest)
-
-    got = asyncio.run(scenario())
+    got = asyncio.run(_behind_a_busy_model(core, gate, img, [[b] for b in big]))
     bad = [r for r in got if isinstance(r, BaseException)]
     assert not bad, bad                                            # no 413 for requests within the limit
     assert sizes and all(s <= limit for s in sizes), sizes
@@ -205,15 +208,7 @@ def test_a_batch_refused_as_a_whole_is_rerun_one_request_at_a_time(bcore, monkey
 
     monkeypatch.setattr(m.rt, "infer_batch", refuse)
 
-    async def scenario():
-        first = asyncio.ensure_future(core.infer(_req(img[:1])))
-        await asyncio.sleep(0.05)
-        rest = [asyncio.ensure_future(core.infer(_req([x]))) for x in img]
-        await asyncio.sleep(0.05)
-        gate.set()
-        return await _settle(first, *rest)
-
-    got = asyncio.run(scenario())
+    got = asyncio.run(_behind_a_busy_model(core, gate, img[:1], [[x] for x in img]))
     assert not [r for r in got if isinstance(r, BaseException)], got
 
 

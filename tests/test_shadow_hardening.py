@@ -10,37 +10,16 @@ import stat
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from edge_runtime import score_lines
-from edge_runtime.cli import main
 from edge_runtime.errors import InputError
 from edge_runtime.score_inputs import Record
-
-
-def run_cli(*args):
-    return CliRunner().invoke(main, list(map(str, args)))
-
-
-def _no_constant(name):
-    raise ValueError(f"{name} is not strict JSON")
-
-
-def strict_lines(path):
-    """The output's lines, read as strict UTF-8 and strict JSON (no NaN / Infinity)."""
-    text = Path(path).read_bytes().decode("utf-8")          # raises on a raw undecodable byte
-    return [json.loads(x, parse_constant=_no_constant) for x in text.splitlines()]
+from output_cases import fifo_output, input_as_output, no_constant, run_cli, strict_lines, text_input
 
 
 @pytest.fixture
 def arts(make_artifact):
     return make_artifact("text-classification"), make_artifact("text-classification", seed=3)
-
-
-def _input(tmp_path, text="good\nbad\nawful\n"):
-    src = tmp_path / "in.txt"
-    src.write_text(text)
-    return src
 
 
 def shadow(arts, src, out, *flags):
@@ -50,7 +29,7 @@ def shadow(arts, src, out, *flags):
 # -- 1. a bad -o is the caller's: a typed input error naming the path, exit 2 --------------------------
 
 def test_an_output_under_a_file_is_a_typed_input_error(arts, tmp_path):
-    src = _input(tmp_path)
+    src = text_input(tmp_path)
     blocker = tmp_path / "plain.txt"
     blocker.write_text("a file, not a folder")
     out = blocker / "x.jsonl"
@@ -64,13 +43,13 @@ def test_an_output_under_a_file_is_a_typed_input_error(arts, tmp_path):
 def test_an_output_that_cannot_be_created_is_a_typed_input_error(arts, tmp_path, out):
     if not Path("/proc/self").exists():
         pytest.skip("no /proc")
-    res = shadow(arts, _input(tmp_path), out)
+    res = shadow(arts, text_input(tmp_path), out)
     assert res.exit_code == 2 and "input_invalid" in res.output and f"cannot write the output {out}" in res.output, \
         res.output
 
 
 def test_an_existing_folder_as_output_is_a_typed_input_error(arts, tmp_path):
-    src = _input(tmp_path)
+    src = text_input(tmp_path)
     folder = tmp_path / "somedir"
     folder.mkdir()
     (folder / "keep.txt").write_text("kept")
@@ -84,7 +63,7 @@ def test_an_existing_folder_as_output_is_a_typed_input_error(arts, tmp_path):
 def test_a_report_path_that_cannot_be_written_is_a_typed_input_error(arts, tmp_path):
     blocker = tmp_path / "plain.txt"
     blocker.write_text("x")
-    res = run_cli("shadow", *arts, _input(tmp_path), "--report", blocker / "r.html", "--quiet")
+    res = run_cli("shadow", *arts, text_input(tmp_path), "--report", blocker / "r.html", "--quiet")
     assert res.exit_code == 2 and "input_invalid" in res.output and str(blocker / "r.html") in res.output, res.output
 
 
@@ -110,12 +89,8 @@ def test_an_input_path_with_an_undecodable_byte_gets_its_job_record(arts, tmp_pa
 
 @pytest.mark.parametrize("via", ["fifo", "link-to-fifo"])
 def test_force_refuses_an_output_that_is_not_a_regular_file(arts, tmp_path, via):
-    src = _input(tmp_path)
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    out = fifo if via == "fifo" else tmp_path / "link"
-    if via == "link-to-fifo":
-        out.symlink_to(fifo)
+    src = text_input(tmp_path)
+    fifo, out = fifo_output(tmp_path, via)
     res = shadow(arts, src, out, "--force")
     assert res.exit_code == 2 and "input_invalid" in res.output and "not a regular file" in res.output, res.output
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.path.lexists(out)
@@ -125,13 +100,9 @@ def test_force_refuses_an_output_that_is_not_a_regular_file(arts, tmp_path, via)
 @pytest.mark.parametrize("how", ["same", "symlink", "hardlink"])
 @pytest.mark.parametrize("flag", ["--force", "--resume"])
 def test_the_input_itself_is_never_the_output(arts, tmp_path, how, flag):
-    src = _input(tmp_path)
+    src = text_input(tmp_path)
     before = src.read_bytes()
-    out = src if how == "same" else tmp_path / "out.txt"
-    if how == "symlink":
-        out.symlink_to(src)
-    elif how == "hardlink":
-        os.link(src, out)
+    out = input_as_output(src, tmp_path, how)
     res = shadow(arts, src, out, flag)
     assert res.exit_code == 2 and "is the input" in res.output and "input_invalid" in res.output, res.output
     assert src.read_bytes() == before and os.path.lexists(out)
@@ -139,7 +110,7 @@ def test_the_input_itself_is_never_the_output(arts, tmp_path, how, flag):
 
 
 def test_a_job_record_path_that_is_a_folder_is_refused(arts, tmp_path):
-    src = _input(tmp_path)
+    src = text_input(tmp_path)
     out = tmp_path / "out.jsonl"
     assert shadow(arts, src, out).exit_code == 0
     job = Path(f"{out}.job.json")
@@ -173,7 +144,7 @@ def test_lone_surrogate_ids_and_inputs_are_escaped_and_every_record_is_compared(
 def test_lone_surrogate_ids_to_stdout_are_strict_utf8(arts, tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text('{"id": "\\ud800", "text": "bad"}\n')
-    res = CliRunner().invoke(main, ["shadow", *map(str, arts), str(src), "-o", "-", "--quiet"])
+    res = run_cli("shadow", *arts, src, "-o", "-", "--quiet")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout_bytes.decode("utf-8").splitlines()[0])["id"] == "\ud800"
 
@@ -236,7 +207,7 @@ def test_dumps_is_strict_utf8_json_with_either_writer(monkeypatch, writer, rid):
         monkeypatch.setattr(score_lines, "_orjson", None)
     err = InputError("x", code="input_empty")
     text, line = _dumps(shadow_line(Record(0, rid, "t\ud800", line=1), err, err, None, None))
-    back = json.loads(text.encode("utf-8"), parse_constant=_no_constant)
+    back = json.loads(text.encode("utf-8"), parse_constant=no_constant)
     assert back == line and back["error"]["code"] == "input_empty" and back["input"] == "t\ud800"
     assert back["id"] == (rid if isinstance(rid, str) else json.dumps(rid))
 
@@ -248,7 +219,7 @@ def test_a_nan_comparison_with_both_sides_finite_never_crashes_the_writer():
     line = {"index": 0, "id": "\ud800", "line": 1, "ok": True, "agree": True, "truth": None, "input": "t",
             "a": side, "b": side, "compare": {"kind": "tensors", "cosine": float("nan"), "agree": True}}
     text, written = _dumps(line)
-    back = json.loads(text.encode("utf-8"), parse_constant=_no_constant)
+    back = json.loads(text.encode("utf-8"), parse_constant=no_constant)
     assert back == written and back["a"]["ok"] and back["b"]["ok"] and back["ok"] is False
     assert back["error"]["code"] == "result_nonfinite" and back["agree"] is False and back["id"] == "\ud800"
 
@@ -287,7 +258,7 @@ def test_ray_parquet_output_that_links_to_a_jsonl_input_is_refused(make_artifact
 def test_ray_output_under_a_file_is_a_typed_input_error(make_artifact, tmp_path):
     from edge_runtime.score_ray import score_ray
 
-    src = _input(tmp_path)
+    src = text_input(tmp_path)
     blocker = tmp_path / "plain.txt"
     blocker.write_text("x")
     with pytest.raises(InputError) as e:
