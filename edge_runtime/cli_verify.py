@@ -18,7 +18,7 @@ import sys
 
 import click
 
-from .cli_common import _guard, device_flags, device_options, emit, one_line
+from .cli_common import _guard, device_flags, device_options, emit, error_dict, one_line
 from .cli_devices import tune_row_text
 
 
@@ -44,15 +44,21 @@ def verify(artifact, device, require_device, device_option, all_paths, as_json):
 
     rep = verify_artifact(artifact, device=device, all_paths=all_paths,
                           load_kw={"strict": require_device, "device_options": device_options(device_option) or None})
-    emit(json_safe(rep), as_json, _print_verify)
+    code = line = None
     if rep.get("chosen_error"):         # --all: the chosen path did not load or run; the others are shown
         e = rep["chosen_error"]
-        click.echo(f"error [{e['code']}]: {one_line(e['message'])}", err=True)
-        sys.exit(e["exit_code"])
-    if rep["chosen"]["passed"] is False:
+        code, line = e["exit_code"], f"error [{e['code']}]: {one_line(e['message'])}"
+        rep["error"] = {k: e.get(k) for k in ("type", "code", "message", "details")}
+    elif rep["chosen"]["passed"] is False:
         err = refuse(rep["chosen"])
-        click.echo(f"error [{err.code}]: {one_line(err.message)}", err=True)
-        sys.exit(err.exit_code)
+        code, line = err.exit_code, f"error [{err.code}]: {one_line(err.message)}"
+        rep["error"] = error_dict(err)
+    # under --json the one document on stdout carries the failure too ("error", as every command's
+    # --json names one): a script reading stdout alone tells a pass from exit 7 without the status
+    emit(json_safe(rep), as_json, _print_verify)
+    if code is not None:
+        click.echo(line, err=True)
+        sys.exit(code)
 
 
 def _print_verify(rep: dict) -> None:
@@ -101,9 +107,11 @@ def tune(artifact, rounds, no_batch, no_save, as_json):
 
     progress = (lambda m: None) if as_json else (lambda m: click.echo(m, err=True))
     entry = run_tune(artifact, rounds=rounds, batch=not no_batch, save=not no_save, progress=progress)
+    err = None if entry["decision"] else _no_decision(entry)
+    if err is not None:
+        entry = {**entry, "error": error_dict(err)}     # as verify's: the JSON document names its failure
     emit(json_safe(entry), as_json, _print_tune)
-    if not entry["decision"]:
-        err = _no_decision(entry)
+    if err is not None:
         click.echo(f"error [{err.code}]: {one_line(err.message)}", err=True)
         sys.exit(err.exit_code)
 

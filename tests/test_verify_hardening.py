@@ -387,3 +387,23 @@ def test_verify_without_all_still_raises_the_chosen_paths_error(make_artifact):
     res = CliRunner().invoke(main, ["verify", str(art), "--device-option", "fail_load=true"])
     assert res.exit_code == 4 and "device_load_failed" in res.stderr
 
+
+
+# -- 10. --json names its failure in the one document on stdout ------------------------------------
+def test_verify_and_tune_json_carry_the_error_of_a_failing_exit(make_artifact, monkeypatch):
+    art = make_artifact("image-classification", probe=8)
+    res = CliRunner().invoke(main, ["verify", str(art), "--json"])
+    assert res.exit_code == 0 and "error" not in json.loads(res.stdout)
+    res = CliRunner().invoke(main, ["verify", str(art), "--json", "--device-option", "perturb=50"])
+    assert res.exit_code == 7, res.output
+    rep = json.loads(res.stdout)            # still one JSON document
+    assert rep["chosen"]["passed"] is False
+    assert rep["error"]["code"] == "parity_below_budget_here" and rep["error"]["type"] == "ParityError"
+    assert rep["error"]["details"]["budget"] == 0.99
+    res = CliRunner().invoke(main, ["verify", str(art), "--json", "--device-option", "fail_load=true"])
+    assert res.exit_code == 4 and json.loads(res.stdout)["error"]["code"] == "device_load_failed"
+    _perturbing(monkeypatch)
+    res = CliRunner().invoke(main, ["tune", str(art), "--rounds", "1", "--no-batch", "--no-save", "--json"])
+    assert res.exit_code == 7, res.output
+    entry = json.loads(res.stdout)
+    assert entry["decision"] == {} and entry["error"]["code"] == "parity_below_budget_here"
