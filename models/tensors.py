@@ -12,6 +12,7 @@ dequantized values.
 
 from __future__ import annotations
 
+import math
 import zipfile
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from edge_runtime import error_codes as ec
 from edge_runtime.errors import InputError
 
 from .base import Outputs, Prepared, Task, TaskOutput, dequantize, preprocess_error, reject_type
+
+NORM_SLACK = 1.25      # a candidate's output norm within 1.25x of the reference's leaves its cosine as it is
 
 _NPZ = "the tensors task takes an .npz of named arrays, one per model input, samples along the first axis " \
        "(numpy.savez(F, input_name=array))"
@@ -109,13 +112,28 @@ class Tensors(Task):
 
     @staticmethod
     def compare(reference, candidate) -> dict:
+        """``cosine_mean`` of each sample's outputs (concatenated), scaled down by how far the
+        candidate's magnitude is off the reference's beyond ``NORM_SLACK``: a cosine alone cannot see
+        a wrong scale (a dequantization scale x50 keeps it at 1.0; a one-value output's cosine is ±1
+        whatever its value), and a wrong scale is a wrong answer. The magnitude is the norm over every
+        sample together (``norm_ratio``, candidate / reference): a near-zero sample's relative error
+        does not swing it. Within the slack (an int8 path's norms are ~1% off) the figure is the plain
+        cosine mean."""
         cos = []
+        sa = sb = 0.0
         for r, c in zip(reference, candidate):
             a = np.concatenate([v.astype(np.float64).ravel() for v in r.outputs.values()])
             b = np.concatenate([v.astype(np.float64).ravel() for v in c.outputs.values()])
-            cos.append(float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-12)))
-        return {"metric": "cosine_mean", "value": float(np.mean(cos)) if cos else None,
-                "min": float(np.min(cos)) if cos else None, "samples": len(cos)}
+            na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+            sa, sb = sa + na * na, sb + nb * nb
+            cos.append(float(a @ b / max(na * nb, 1e-12)))
+        if not cos:
+            return {"metric": "cosine_mean", "value": None, "min": None, "samples": 0}
+        ratio = math.sqrt(sb / sa) if sa > 1e-24 else (1.0 if sb <= 1e-24 else math.inf)
+        off = max(ratio, 1 / ratio) if ratio > 0 else math.inf
+        factor = min(1.0, NORM_SLACK / off)
+        return {"metric": "cosine_mean", "value": float(np.mean(cos)) * factor, "min": float(np.min(cos)) * factor,
+                "samples": len(cos), "norm_ratio": ratio if math.isfinite(ratio) else None, "norm_slack": NORM_SLACK}
 
     @staticmethod
     def load_samples(path) -> list:
