@@ -235,7 +235,9 @@ def tune_row_text(r: dict) -> str:
         return f"{head} failed [{code}]"
     verdict = "no budget" if r.get("passed") is None else "pass" if r["passed"] else "UNDER"
     if r.get("p_value") is not None:     # a share of a few probes: judged by its sampling error
-        verdict += (f": {r['disagreements']} of {r['samples']} disagree, p={r['p_value']:.3f} at the budget"
+        from .verify import share_text
+
+        verdict += (f": {share_text(r)}, p={r['p_value']:.3f} at the budget"
                     + (" (within sampling error)" if r.get("passed") else ""))
     par = (f"{r.get('metric')} {r['value']:.4f} (budget {r.get('budget')}, {verdict})"
            if r.get("value") is not None else "parity ?")

@@ -89,7 +89,7 @@ def _encode_output(i: int, res) -> tuple[dict[str, np.ndarray], dict]:
         arrays[f"{i}.outputs.{name}"] = np.asarray(arr)
     meta = {"prediction": _json(res.prediction), "class_id": res.class_id, "top_k": _json(res.top_k),
             "scores": [[k, float(v)] for k, v in (res.scores or {}).items()]}
-    for key in ("detections", "keypoints"):
+    for key in ("detections", "keypoints", "near_detections"):
         if getattr(res, key, None) is not None:
             meta[key] = _json(getattr(res, key))
     return arrays, meta
@@ -120,7 +120,7 @@ def _decode_outputs(arrays: dict[str, np.ndarray], meta: list[dict]):
         outs.append(TaskOutput(prediction=m.get("prediction"), scores=scores, embedding=emb,
                                outputs=Outputs(named) if named else None, class_id=m.get("class_id"),
                                top_k=m.get("top_k"), detections=m.get("detections"),
-                               keypoints=m.get("keypoints")))
+                               keypoints=m.get("keypoints"), near_detections=m.get("near_detections")))
     return outs
 
 
@@ -251,9 +251,14 @@ def read(artifact) -> ProbeSet:
     an artifact without one, or one that does not decode, is an ``ArtifactError``."""
     section = section_of(artifact.manifest)
     if section is None:
-        raise ArtifactError("the artifact has no probe set (converted before edge-runtime kept one, or imported): "
-                            "re-convert it to verify it on this machine", file="manifest.json",
-                            code=ec.PROBE_MISSING)
+        source = ((artifact.manifest.get("model") or {}).get("source") or {})
+        if isinstance(source, dict) and source.get("imported"):
+            why = ("an imported model has none: there is no fp32 source to keep reference results from. Convert "
+                   "its float source with `edge-infer convert` (with --parity-data) for an artifact that verify "
+                   "and tune can measure")
+        else:
+            why = "converted before edge-runtime kept one: re-convert it to verify it on this machine"
+        raise ArtifactError(f"the artifact has no probe set ({why})", file="manifest.json", code=ec.PROBE_MISSING)
     cap = _cap(section)
     try:
         inputs = _decode_inputs(_load_npz(artifact.read_bytes(section["inputs"]), cap))

@@ -133,6 +133,11 @@ class CallPath:
         return out
 
     def _infer_one(self, raw, lim: Limits, t0: float, t_end: float, deadline: float, trace_id, opts=None):
+        out, prepared = self._task_output(raw, lim, t_end, deadline, opts)
+        return self._result(out, prepared, t0, trace_id)
+
+    def _task_output(self, raw, lim: Limits, t_end: float, deadline: float, opts=None):
+        """(the task's ``TaskOutput``, the ``Prepared``) of one input: prepare, the device call, finish."""
         if self._closed:
             raise self._closed_error()
         prepared = self._prepare(raw, lim, opts)
@@ -147,7 +152,23 @@ class CallPath:
             outputs = self._run_inline(sess, prepared, t_end, deadline, cancellable)
         else:
             outputs = self._run_pooled(sess, prepared, remaining, deadline, cancellable)
-        return self._result(self._finish(outputs, prepared), prepared, t0, trace_id)
+        return self._finish(outputs, prepared), prepared
+
+    def _probe_call(self, raw):
+        """``infer(raw)`` for a probe sample (verify, tune): ``(result, task output)``. Parity compares the
+        task's own output, which holds what a result leaves out (a detector's ``near_detections``: boxes
+        just under the score threshold, so that a score drifting across it is not a different answer)."""
+        t0 = time.perf_counter()
+        lim = self.limits
+        deadline = lim.deadline_ms
+        try:
+            out, prepared = self._task_output(raw, lim, t0 + deadline / 1000, deadline)
+            res = self._result(out, prepared, t0, None)
+            self._metrics.ok(res.bucket, res.latency_ms, res.input_length, res.truncated)
+            return res, out
+        except EdgeRuntimeError as exc:
+            self._metrics.error(exc)
+            raise
 
     def _closed_error(self) -> InferenceRuntimeError:
         return InferenceRuntimeError("runtime is closed", code=ec.RUNTIME_CLOSED, device=self.device,

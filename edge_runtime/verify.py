@@ -31,10 +31,11 @@ def _row_base(rt) -> dict:
 
 
 def _run_probe(rt, probe: ProbeSet, i: int, raw):
-    """One probe sample through ``rt.infer``. The probe set is the artifact's, not the caller's
-    input: a sample the task refuses (not an image, over a limit) is a broken probe set."""
+    """One probe sample through ``infer``'s whole path: ``(result, task output)``. The probe set is
+    the artifact's, not the caller's input: a sample the task refuses (not an image, over a limit)
+    is a broken probe set."""
     try:
-        return rt.infer(raw)
+        return rt._probe_call(raw)
     except InputError as exc:
         raise ArtifactError(f"probe sample {i} of {len(probe.inputs)} is refused by the "
                             f"{rt.artifact.manifest.task} task's input path: {exc.message} [{exc.code}]",
@@ -52,18 +53,19 @@ def verify_runtime(rt, probe: ProbeSet | None = None, *, rounds: int = 1) -> dic
     if not probe.inputs:        # read() refuses it; a ProbeSet built elsewhere may still be empty
         raise ArtifactError("the probe set holds no sample: nothing to verify with", file=probe.section.get("inputs"),
                             code=ec.PROBE_INVALID)
-    results: list[Any] = []
+    results: list[Any] = []         # the task's outputs, compared as the converter compared them
+    reached: list[str] = []
     lat: list[float] = []
     for r in range(max(1, rounds)):
         for i, raw in enumerate(probe.inputs):
             t = time.perf_counter()
-            res = _run_probe(rt, probe, i, raw)
+            res, out = _run_probe(rt, probe, i, raw)
             lat.append((time.perf_counter() - t) * 1000)
             if r == 0:
-                results.append(res)
+                results.append(out)
+                reached.append(res.bucket)
     figures = rt.task.compare(probe.reference, results)
     names = [b.name for b in rt.variant.buckets]
-    reached = [getattr(r, "bucket", None) for r in results]
     per_bucket = {n: reached.count(n) for n in names}
     parity = rt.variant.parity
     budget = parity.get("budget")
@@ -81,39 +83,73 @@ def verify_runtime(rt, probe: ProbeSet | None = None, *, rounds: int = 1) -> dic
     return row
 
 
-# parity metrics that are a share of samples, each one agreeing or not: on a few probes one
+# parity metrics that are a share of trials, each one agreeing or not: on a few probes one
 # disagreement moves them far (1 of 32 is 0.969), so they are judged by how likely that many
-# disagreements are from a path that meets the budget
-PER_SAMPLE_SHARES = frozenset({"top1_agreement"})
+# disagreements are from a path that meets the budget. A detector's F1 is such a share too:
+# 1 - F1 = (fp + fn) / (2 tp + fp + fn), the unmatched boxes among the boxes of both sides
+PER_SAMPLE_SHARES = frozenset({"top1_agreement", "detection_f1"})
 ALPHA = 0.05
 
 
+def _share(figures: dict) -> tuple[int, int, str] | None:
+    """(disagreements k, trials n, what they count) of a share metric's figures; None otherwise."""
+    metric = figures.get("metric")
+    if metric == "top1_agreement":
+        n = figures.get("samples") or 0
+        return round((1 - figures["value"]) * n), n, "probes disagree"
+    tp, fn, fp = (figures.get(k) for k in ("matched", "unmatched_reference", "unmatched_candidate"))
+    if metric == "detection_f1" and isinstance(tp, int) and isinstance(fn, int) and isinstance(fp, int) \
+            and min(tp, fn, fp) >= 0:
+        return fn + fp, 2 * tp + fn + fp, "detections unmatched (a matched pair counts once on each side)"
+    return None
+
+
+def _tail(n: int, k: int, q: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, q), in log space (a detector's thousands of boxes overflow floats)."""
+    if k <= 0:
+        return 1.0
+    if q <= 0:
+        return 0.0
+    if q >= 1:
+        return 1.0
+    lq, lp = math.log(q), math.log1p(-q)
+    lg = math.lgamma
+    return min(1.0, sum(math.exp(lg(n + 1) - lg(i + 1) - lg(n - i + 1) + i * lq + (n - i) * lp)
+                        for i in range(k, n + 1)))
+
+
 def holds(figures: dict, budget: float | None) -> bool:
-    """Whether the probe figures are consistent with the budget. A per-sample share under the budget
-    still holds when a path exactly at the budget would show that many disagreements or more with
-    probability >= ``ALPHA`` (32 probes at 0.99: one disagreement holds, two do not); ``figures``
-    gains ``disagreements`` and ``p_value`` then. Any other metric must reach the budget."""
+    """Whether the probe figures are consistent with the budget. A share metric under the budget
+    (top-1 agreement over the probes, a detector's F1 over their boxes) still holds when a path
+    exactly at the budget would show that many disagreements or more with probability >= ``ALPHA``
+    (32 probes at 0.99: one disagreement holds, two do not); ``figures`` gains ``disagreements``,
+    ``trials``, ``share_of`` and ``p_value`` then. Any other metric must reach the budget."""
     value = figures.get("value")
     if value is None or budget is None:
         return False
     if value >= budget:
         return True
-    n = figures.get("samples") or 0
-    if figures.get("metric") not in PER_SAMPLE_SHARES or n <= 0:
+    share = _share(figures) if figures.get("metric") in PER_SAMPLE_SHARES else None
+    if share is None or share[1] <= 0:
         return False
-    k = round((1 - value) * n)
-    q = 1 - budget
-    p = sum(math.comb(n, i) * q ** i * (1 - q) ** (n - i) for i in range(k, n + 1))
-    figures.update(disagreements=k, p_value=round(p, 4))
+    k, n, what = share
+    p = _tail(n, k, 1 - budget)
+    figures.update(disagreements=k, trials=n, share_of=what, p_value=round(p, 4))
     return p >= ALPHA
+
+
+def share_text(row: dict) -> str:
+    """"2 of 32 probes disagree" of a row judged by its sampling error."""
+    return (f"{row['disagreements']} of {row.get('trials', row.get('samples'))} "
+            f"{row.get('share_of', 'probes disagree')}")
 
 
 def refuse(row: dict) -> ParityError:
     value = f"{row['value']:.4f}" if isinstance(row.get("value"), (int, float)) else "no figure"
     return ParityError(f"on {row['device']} the {row['target']} variant measures {row.get('metric')} "
                        f"{value} on the probe set, under its budget {row['budget']}"
-                       + (f" ({row['disagreements']} of {row['samples']} probes disagree: p={row['p_value']:.3f} "
-                          f"for a path at the budget)" if row.get("p_value") is not None else "")
+                       + (f" ({share_text(row)}: p={row['p_value']:.3f} for a path at the budget)"
+                          if row.get("p_value") is not None else "")
                        + f" (recorded at convert time: {row['recorded']})", code=ec.PARITY_BELOW_BUDGET_HERE,
                        device=row["device"], variant=row["target"], value=row["value"], budget=row["budget"])
 
@@ -209,8 +245,11 @@ def _chosen_failed(path, device, hardware, exc: EdgeRuntimeError):
     probe = read(art)
     chosen = {**_static_choice(art, hw, device), "device_options": {}, "chosen": True, "error": exc.to_dict(),
               "passed": False}
+    if device not in (None, "auto"):
+        chosen["device"] = device           # the device asked for failed, not the one a fallback would take
+    built = ((art.manifest.get("build") or {}).get("host_info") or {})
     info = {"artifact": str(Path(art.root).resolve()), "model": art.manifest.name,
-            "version": art.manifest["model"]["version"], "isa": None}
+            "version": art.manifest["model"]["version"], "isa": {"built_on": built.get("int8_class")}}
     return chosen, art, hw, info, probe
 
 

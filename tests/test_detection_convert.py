@@ -141,3 +141,50 @@ def test_the_calibration_set_is_built_from_the_real_photos(det_sets):
     sizes = {Image.open(p).size for p in calib.iterdir()}
     assert len(sizes) > 11            # crops: more shapes than photos
     assert np.asarray(Image.open(next(calib.iterdir()))).ndim == 3
+
+
+def test_a_converted_detector_is_verified_and_tuned_here(yolox_int8, tmp_path, monkeypatch):
+    """verify, tune and load(verify=True) on a real converted detector: its probe set is compared as the
+    converter compared it (near-threshold twins on both sides), never an AttributeError (exit 1)."""
+    from click.testing import CliRunner
+
+    from edge_runtime.cli import main
+    from edge_runtime.probe import read
+    from edge_runtime.verify import holds
+
+    monkeypatch.setenv("EDGE_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
+    probe = read(er.artifact.load_artifact(yolox_int8))
+    assert len(probe.inputs) == 4 and all(isinstance(r.near_detections, list) for r in probe.reference)
+    res = CliRunner().invoke(main, ["verify", str(yolox_int8), "--all", "--json"])
+    assert res.exit_code in (0, 7), res.output
+    rep = json.loads(res.stdout)
+    rows = [r for r in rep["rows"] if "error" not in r]
+    assert rows and all(r["metric"] == "detection_f1" and r["samples"] == 4 for r in rows)
+    for r in rows:          # the verdict is the sampling rule's, on the row's own counts
+        figs = {k: r[k] for k in ("metric", "value", "matched", "unmatched_reference", "unmatched_candidate")}
+        assert r["passed"] == holds(figs, r["budget"])
+    assert (res.exit_code == 0) == rep["chosen"]["passed"]
+    try:
+        with er.load(yolox_int8, verify=True) as rt:
+            assert rt.info()["verified_here"]["metric"] == "detection_f1"
+    except er.ParityError as exc:
+        assert exc.code == "parity_below_budget_here"
+    res = CliRunner().invoke(main, ["tune", str(yolox_int8), "--rounds", "1", "--no-batch", "--no-save", "--json"])
+    assert res.exit_code in (0, 7), res.output
+    assert all(r.get("metric") == "detection_f1" for r in json.loads(res.stdout)["rows"] if "error" not in r)
+
+
+def test_detection_f1_is_judged_by_its_sampling_error_over_the_boxes():
+    from edge_runtime.verify import holds
+
+    def figs(tp, fp, fn):
+        return {"metric": "detection_f1", "value": 2 * tp / (2 * tp + fp + fn), "samples": 4,
+                "matched": tp, "unmatched_reference": fn, "unmatched_candidate": fp}
+
+    few = figs(16, 2, 3)                 # F1 0.865 on 4 photos: 5 of 37 unmatched, likely at a 0.90 budget
+    assert holds(few, 0.9) and few["disagreements"] == 5 and few["trials"] == 37 and few["p_value"] > 0.05
+    broken = figs(10, 8, 9)              # F1 0.54: far from any path at the budget
+    assert not holds(broken, 0.9) and broken["p_value"] < 0.001
+    many = figs(1600, 300, 300)          # F1 0.84 over 3800 boxes: no sampling error explains it
+    assert not holds(many, 0.9) and many["p_value"] < 0.05
+    assert not holds({"metric": "detection_f1", "value": 0.8, "samples": 4}, 0.9)     # no counts: strict

@@ -407,3 +407,23 @@ def test_verify_and_tune_json_carry_the_error_of_a_failing_exit(make_artifact, m
     assert res.exit_code == 7, res.output
     entry = json.loads(res.stdout)
     assert entry["decision"] == {} and entry["error"]["code"] == "parity_below_budget_here"
+
+
+def test_a_named_device_that_fails_is_the_row_shown_with_the_recorded_build_host(make_artifact, more_backends):
+    built = "x86-avx2"
+    art = make_artifact("image-classification", probe=4, host_info={"int8_class": built, "cpu": "an AVX2 box"})
+    res = CliRunner().invoke(main, ["verify", str(art), "--all", "--device", "fake-broken", "--json"])
+    assert res.exit_code == 4, res.output
+    rep = json.loads(res.stdout)
+    assert rep["chosen"]["device"] == "fake-broken" and rep["chosen"]["error"]["code"] == "device_load_failed"
+    assert rep["built_on"] == built and built
+
+
+def test_an_imported_artifact_says_why_it_has_no_probe_set(make_artifact):
+    from factories import rewrite_manifest
+
+    art = make_artifact("image-classification")
+    rewrite_manifest(art, lambda m: m["model"].update(source={**(m["model"].get("source") or {}), "imported": True}))
+    res = CliRunner().invoke(main, ["verify", str(art)])
+    assert res.exit_code == 3 and "probe_missing" in res.stderr
+    assert "an imported model has none" in res.stderr and "re-convert" not in res.stderr
