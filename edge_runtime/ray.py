@@ -157,11 +157,21 @@ class EdgeScorer:
         if sized:
             opts["threads"] = self.threads
         try:
-            return load(artifact, device=device, target=target, strict=strict, device_options=opts,
-                        verify=verify, tuned_for="throughput")
+            rt = load(artifact, device=device, target=target, strict=strict, device_options=opts,
+                      verify=verify, tuned_for="throughput")
         except InputError as exc:    # a backend with no ``threads`` option (an accelerator): its defaults
             if not (sized and exc.code == ec.DEVICE_OPTION_UNKNOWN):
                 raise
+        else:
+            if not (sized and rt.tune_not_applied and rt.tuned):
+                return rt
+            # the sizing hint alone kept the tuned path out (an accelerator measured fastest has no
+            # threads option): the tuned path, with its own defaults, as the caller's options allow
+            from .tune import options_refused
+
+            if options_refused(rt.tuned["decision"]["throughput"]["backend"], device_options) is not None:
+                return rt
+            rt.close()
         return load(artifact, device=device, target=target, strict=strict, device_options=device_options or None,
                     verify=verify, tuned_for="throughput")
 

@@ -68,6 +68,15 @@ class Runtime(CallPath):
         self.tuned = self._tuned(path, device, tune, tuned_for, limits, workers, isolate)
         self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target,
                              measured=tuning.measured_choice(self.tuned, tuned_for))
+        self.tune_not_applied: str | None = None
+        if self.choice.decided_by == "measurement" and self.tuned is not None:
+            # a tune never turns a load that worked into an error: options of the caller's that the
+            # measured path's backend refuses (precision=bf16 of OpenVINO, a measured tflite) keep
+            # the static policy for this load, as before the tune, and info()["tuned"] says why
+            refused = tuning.options_refused(self.choice.backend_name, device_options)
+            if refused is not None:
+                self.tune_not_applied = self._not_applied(tuned_for, device_options, refused)
+                self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target)
         # the measured path runs with the options it was measured with, under the caller's own keys
         # ({} from a CLI without --device-option, or Ray's threads, kept the measured precision out)
         if self.choice.decided_by == "measurement" and self.tuned is not None:
@@ -77,6 +86,11 @@ class Runtime(CallPath):
         # value is an InputError naming the valid ones) over the ones the converter measured and recorded
         self.device_options, self.runtime_provenance, self.recorded_options_ignored = \
             device_options_for(backend, self.choice.variant, device_options)
+        if self.tune_not_applied:      # logged once the static path took the options (else the error says it)
+            msg = f"{self.artifact.root}: {self.tune_not_applied}"
+            if msg not in _logged_fallbacks:
+                _logged_fallbacks.add(msg)
+                log.warning(msg)
         # verify what this process will run (the chosen variant's files and the shared ones:
         # tokenizer, labels) before any of it is read; the other variants' files are hashed
         # on a thread while the device loads and warms up, and load() refuses the artifact
@@ -191,6 +205,13 @@ class Runtime(CallPath):
             log.warning("%s: tune found no path within the parity budget here (%s); device auto keeps the static "
                         "policy, measured as the others", self.artifact.root, tuning.rows_text(entry))
         return entry
+
+    def _not_applied(self, tuned_for: str, device_options: dict | None, refused: str) -> str:
+        """Why this load keeps the static policy over the measured path (``info()["tuned"]["not_applied"]``)."""
+        d = self.tuned["decision"][tuned_for] if self.tuned else {}
+        return (f"the tune decision ({tuned_for}: {d.get('target')} on {d.get('backend')}) is not used for this "
+                f"load: the device options asked for ({', '.join(sorted(map(str, device_options or {})))}) are not "
+                f"all accepted by {d.get('backend')} ({refused}); the static policy decides, as without a tune")
 
     def _verify_here(self) -> None:
         from .verify import refuse, verify_runtime
@@ -318,7 +339,8 @@ class Runtime(CallPath):
             "warmup_ms": self.warmup_ms,
             "isa": self.isa,
             "verified_here": self.verified_here,
-            "tuned": tuned_summary(self.tuned, self.choice),
+            "tuned": {**(tuned_summary(self.tuned, self.choice) or {}), "not_applied": self.tune_not_applied}
+            if self.tuned else None,
             "threads_fit": self.threads_fit,
         }
 

@@ -19,10 +19,12 @@ every candidate alike.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import math
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,12 @@ import numpy as np
 
 from . import host
 from .errors import ArtifactError, EdgeRuntimeError
+
+fcntl: Any
+try:
+    import fcntl
+except ImportError:      # no advisory file locks here (Windows): threads of one process still serialise
+    fcntl = None
 
 PURPOSES = ("latency", "throughput")
 log = logging.getLogger("edge_runtime")
@@ -129,6 +137,12 @@ def _row_problem(r: dict) -> str | None:
     return None
 
 
+def options_refused(backend: str, options: dict | None) -> str | None:
+    """Why ``backend`` refuses the caller's device ``options`` (an unknown key, a bad value), in its
+    own words; None when it takes them (an empty dict is no options)."""
+    return _options_problem(backend, dict(options or {})) if options else None
+
+
 def _options_problem(backend: str, options: dict) -> str | None:
     """The backend's own validation of cached options (a backend not installed here is no
     problem of the entry's: ``measured_choice`` then finds the path gone)."""
@@ -158,13 +172,26 @@ def _verify_problem(entry: dict) -> str | None:
     return None
 
 
+_tmp_serial = itertools.count()
+
+
 def store(seal: str, hw, entry: dict, kind: str = "tune") -> Path:
+    """Write the entry atomically: a temp file of this call's own (pid, thread, serial: two
+    threads or processes storing one key never share one), then renamed over the entry; the
+    temp file is removed when anything fails."""
     key = cache_key(seal, hw)
     p = _path(kind, key["digest"])
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({**entry, "key": key}, indent=1, sort_keys=True))
-    os.replace(tmp, p)
+    tmp = p.with_name(f"{p.stem}.{os.getpid()}.{threading.get_ident()}.{next(_tmp_serial)}.tmp")
+    try:
+        tmp.write_text(json.dumps({**entry, "key": key}, indent=1, sort_keys=True))
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
     return p
 
 
@@ -191,17 +218,27 @@ def tune(path, *, hardware=None, rounds: int = 3, batch: bool = True, progress=l
     """Measure every candidate here; the entry (decision per purpose and every row), cached."""
     # imported here: every load() of device="auto" reads this module for its cache lookup, and a
     # process that only looks up should not import the probe reader and verify (zipfile, ~5 ms)
+    from . import hardware as hw_probe
+    from .artifact import load_artifact
     from .probe import read
     from .runtime import load
+    from .selection import choose
     from .verify import candidate_paths, same_options, verify_runtime
 
     t0 = time.perf_counter()
     kw = dict(load_kw or {})
     kw.pop("device_options", None)
-    first = load(path, device="auto", hardware=hardware, tune=False, **kw)
+    hw = hardware if hardware is not None else hw_probe.detect_cached()
+    # the static policy's choice as the policy makes it (as ``devices --artifact`` does), never a
+    # load(device="auto"): that applies a cached decision, and a second tune would record the first
+    # one's measured path as "the static policy"
+    c = choose(load_artifact(path, verify=False).variants, hw, device="auto")
+    static = {"target": c.variant["target"], "backend": c.backend_name}
+    # the artifact checked (every file hashed) and the static path loaded once, as a load would: a
+    # tune never depends on the cached path it may be about to replace
+    first = load(path, device=c.backend_name, target=c.variant["target"], hardware=hw, tune=False, **kw)
     art, hw = first.artifact, first.hardware
     seal = art.manifest.get("manifest_sha256")
-    static = {"target": first.variant.target, "backend": first.choice.backend_name}
     first.close()
     probe = read(art)
     cands = candidate_paths(art, hw)
@@ -326,22 +363,91 @@ def verify_key(device: str, target: str | None, device_options: dict | None) -> 
     return f"{device} {target} {opts}"
 
 
+LOCK_WAIT_S = 5.0      # how long remember_verify waits for another writer of the entry
+_verify_lock = threading.Lock()      # the threads of this process (flock alone where fcntl is absent)
+
+
+class _EntryLock:
+    """An advisory lock on one cache entry (``<digest>.lock`` beside it): ``fcntl.flock`` where it
+    exists, and a lock of this process's threads. Bounded: ``held`` is False when it was not got
+    within ``wait_s`` (or the lock file cannot be opened), and ``why`` says why; it never hangs."""
+
+    def __init__(self, entry_path: Path, wait_s: float):
+        self.path, self.wait_s = entry_path.with_suffix(".lock"), wait_s
+        self.held, self.why, self._thread = False, "", False
+        self._fh: Any = None
+
+    def __enter__(self):
+        deadline = time.monotonic() + self.wait_s
+        self._thread = _verify_lock.acquire(timeout=max(self.wait_s, 0))
+        if not self._thread:
+            self.why = f"another thread held it for {self.wait_s:g} s"
+            return self
+        if fcntl is None:
+            self.held = True
+            return self
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "a+b")
+        except OSError as exc:
+            self.why = f"{type(exc).__name__}: {exc}"
+            return self
+        while True:
+            try:
+                fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.held = True
+                return self
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    self.why = f"another process held {self.path} for {self.wait_s:g} s"
+                    return self
+                time.sleep(0.01)
+            except OSError as exc:      # a file system without locks
+                self.why = f"{type(exc).__name__}: {exc}"
+                return self
+
+    def __exit__(self, *exc):
+        if self._fh is not None:
+            try:
+                if self.held and fcntl is not None:
+                    fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            except OSError:
+                pass
+            self._fh.close()
+        if self._thread:
+            _verify_lock.release()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("%s", message)
+
+
 def remember_verify(seal: str | None, hw, row: dict) -> None:
-    """Keep a verify's figures for this artifact on this machine, passed or not (best effort: a
-    read-only cache dir is not an error)."""
+    """Keep a verify's figures for this artifact on this machine, passed or not. The entry's read,
+    update and write are serialised by an advisory lock beside it, so verifies run at once (threads
+    or processes) keep every row. Best effort: a lock not got within ``LOCK_WAIT_S`` writes
+    unlocked, and a read-only cache dir keeps nothing; both are a warning, never an error of verify."""
     if not seal or not row.get("device"):
         return
-    entry = lookup(seal, hw, kind="verify") or {"paths": {}}
     key = verify_key(row["device"], row.get("target"), row.get("device_options"))
-    entry["paths"][key] = {"target": row.get("target"), "backend": row.get("backend"), "device": row["device"],
-                           "device_options": dict(row.get("device_options") or {}), "metric": row.get("metric"),
-                           "value": row.get("value"), "budget": row.get("budget"), "passed": row.get("passed"),
-                           "samples": row.get("samples"), "unverified_buckets": row.get("unverified_buckets") or [],
-                           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    record = {"target": row.get("target"), "backend": row.get("backend"), "device": row["device"],
+              "device_options": dict(row.get("device_options") or {}), "metric": row.get("metric"),
+              "value": row.get("value"), "budget": row.get("budget"), "passed": row.get("passed"),
+              "samples": row.get("samples"), "unverified_buckets": row.get("unverified_buckets") or [],
+              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    where = _path("verify", cache_key(seal, hw)["digest"])
     try:
-        store(seal, hw, {"paths": entry["paths"]}, kind="verify")
-    except (OSError, ValueError):
-        pass
+        with _EntryLock(where, LOCK_WAIT_S) as lock:
+            if not lock.held:
+                _warn_once(f"the verify record {where} was written without its lock ({lock.why}): a verify "
+                           "run at the same moment may lose its row")
+            entry = lookup(seal, hw, kind="verify") or {"paths": {}}
+            entry["paths"][key] = record
+            store(seal, hw, {"paths": entry["paths"]}, kind="verify")
+    except (OSError, ValueError) as exc:
+        _warn_once(f"the verify of {key} was not remembered in {where}: {type(exc).__name__}: {exc}")
 
 
 def lookup_verify(seal: str | None, hw, device: str, target: str | None = None,
