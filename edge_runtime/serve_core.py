@@ -62,9 +62,18 @@ STATUS_OF: tuple[tuple[type, str], ...] = (
     (InputError, "bad_request"), (InferenceTimeout, "timeout"), (DeviceError, "unavailable"),
     (ArtifactError, "internal"), (InferenceRuntimeError, "internal"), (EdgeRuntimeError, "internal"))
 TOO_LARGE_CODES = frozenset({ec.INPUT_TOO_LARGE, ec.INPUT_BATCH_TOO_LARGE})
-# refusals before any model work, counted in edge_serve_rejections_total{reason}
+# refusals, counted in edge_serve_rejections_total{reason}: the server's before any model work, and the
+# runtime's byte and item limits (413), which it checks before any device work
 _REJECTION = {ec.SERVE_NOT_READY: "not_ready", ec.SERVE_OVERLOADED: "overloaded",
-              ec.SERVE_MODEL_NOT_FOUND: "not_found", ec.SERVE_REQUEST_MALFORMED: "malformed"}
+              ec.SERVE_MODEL_NOT_FOUND: "not_found", ec.SERVE_REQUEST_MALFORMED: "malformed",
+              ec.INPUT_TOO_LARGE: "too_large", ec.INPUT_BATCH_TOO_LARGE: "too_large"}
+# request parameters of the protocol and of its clients (Triton's reserved ones; `content_type`, the
+# Open Inference Protocol's codec hint), never a task's call option: `timeout` is read (_deadline_ms), the
+# rest are ignored (no sequences, no priorities); every other parameter goes to the runtime as a call
+# option, which refuses one its task does not take (as in-process: a 400)
+PROTOCOL_PARAMETERS = frozenset({"timeout", "sequence_id", "sequence_start", "sequence_end", "priority",
+                                 "headers", "binary_data_output", "content_type"})
+PROTOCOL_PREFIX = "triton_"
 
 
 def serve_error(exc: BaseException, prefix: str = "") -> ServeError:
@@ -247,7 +256,7 @@ class ServeCore(DynamicBatching):
             m = self._model(req.model, req.version)
             name = m.name
             deadline_ms = self._deadline_ms(m, req.parameters)
-            options = {k: v for k, v in req.parameters.items() if k in m.rt.task.call_options} or None
+            options = call_options(req.parameters)
             items = request_items(m.kind, m.inputs, req)
             # a batched model runs up to max_batch_items requests per slot
             running_cap = self.max_in_flight * (self.max_batch_items if self._batches_on(m) else 1)
@@ -350,7 +359,7 @@ class ServeCore(DynamicBatching):
             "truncated": any(r.truncated for r in results),
             "latency_ms": round((time.perf_counter() - t0) * 1000, 3),
         }
-        return InferResponse(m.name, m.version, response_outputs(results, req.outputs or None),
+        return InferResponse(m.name, m.version, response_outputs(results, req.outputs or None, m.outputs),
                              id=req.id, parameters=params)
 
     # -- metrics -----------------------------------------------------------------------------
@@ -371,6 +380,13 @@ class ServeCore(DynamicBatching):
         from .serve_metrics import metrics_text
 
         return metrics_text(self)
+
+
+def call_options(parameters: dict) -> dict | None:
+    """The task's call options of a request: its parameters but the protocol's (``PROTOCOL_PARAMETERS``,
+    ``triton_*``). Unknown keys are kept: ``rt.infer`` refuses them with its own ``InputError``."""
+    return {k: v for k, v in parameters.items()
+            if k not in PROTOCOL_PARAMETERS and not k.startswith(PROTOCOL_PREFIX)} or None
 
 
 def _name_the_artifact(exc: EdgeRuntimeError, path: Path) -> None:

@@ -23,7 +23,8 @@ def metrics_text(core) -> str:
            [({"model": m.name, "version": m.version}, m.running) for m in core.models.values()])
     family("edge_serve_queue_depth", "gauge", "Requests waiting for a model now.",
            [({"model": m.name, "version": m.version}, m.waiting) for m in core.models.values()])
-    family("edge_serve_rejections_total", "counter", "Requests refused before any model work, per reason.",
+    family("edge_serve_rejections_total", "counter", "Requests refused, per reason: before any model work, or "
+           "over one of the runtime's byte or item limits (413, too_large).",
            [({"reason": r}, c) for r, c in sorted(core._rejections.items())])
     family("edge_serve_batches_total", "counter", "Dynamic batches run (merged requests).",
            [({}, core._batches)])

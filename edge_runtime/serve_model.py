@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from . import error_codes as ec
-from .errors import EdgeRuntimeError, InputError
+from .errors import InputError
 from .serve_inline import Inline
-from .serve_tensors import io_metadata
+from .serve_tensors import ServedOutputs, io_metadata, served_outputs
 
 log = logging.getLogger("edge_runtime.serve")
 
@@ -65,20 +65,15 @@ class _Model:
     flush_handle: asyncio.TimerHandle | None = None
     batches_out: int = 0              # dynamic batches flushed and not finished
     inline: Inline | None = None      # sub-millisecond models run on the event loop (serve_inline)
+    outputs: ServedOutputs | None = None   # what its answers hold, from its task (serve_tensors.served_outputs)
 
 
 def _metadata(m: _Model) -> dict:
-    sample = None
-    try:
-        if m.kind == "tensors":
-            sample = m.rt.task.bucket_samples(m.rt.limits)[0]
-        else:
-            sample = m.rt.task.warmup_sample()
-        results = [m.rt.infer(sample)] if sample is not None else None
-    except EdgeRuntimeError as exc:
-        log.warning("%s: no sample result for the output metadata: %s", m.name, exc.message)
-        results = None
-    inputs, outputs = io_metadata(m.kind, m.inputs, results)
-    m.rt.reset_metrics()             # the sample call is not traffic
+    """The model's v2 metadata; sets ``m.outputs``. Both come from its task and manifest (the task
+    kind, classes, top-k, an embedding's width, a tensors model's declared outputs), never from a
+    sample's result: a sample showed one image's answer (a detector's boxes or none, one mask's size)."""
+    m.outputs = served_outputs(m.rt.task, m.rt.limits)
+    inputs, outputs = io_metadata(m.kind, m.inputs, m.outputs)
+    m.rt.reset_metrics()             # the load's own calls (batch warm-up, inline timing) are not traffic
     return {"name": m.name, "versions": [m.version], "platform": f"edge-runtime_{m.rt.variant.target}",
             "inputs": inputs, "outputs": outputs}
