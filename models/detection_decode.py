@@ -18,7 +18,8 @@ sizes); ``decode(arrays, params, input_hw)`` does the arithmetic.
   ``wh = exp(·)·stride``, score = obj·cls.
 - ``gfl`` (NanoDet): per stride one class-score map ``[1, N, C]`` and one box
   distribution ``[1, N, 4·(reg_max+1)]``: softmax over the bins, projected on
-  0..reg_max, ×stride, around the centre ``(idx + center_offset)·stride``.
+  0..reg_max, ×stride, around the centre ``(idx + center_offset)·stride``
+  (``center_offset`` 0.5 by default, NanoDet's; 0 for NanoDet-Plus exports).
   Outputs are matched to strides by their cell count and to cls/reg by their
   width, never by name (exports name them out of order).
 - ``ssd-postprocess``: the four outputs of ``TFLite_Detection_PostProcess``:
@@ -29,6 +30,7 @@ sizes); ``decode(arrays, params, input_hw)`` does the arithmetic.
 from __future__ import annotations
 
 import functools
+import numbers
 
 import numpy as np
 
@@ -184,6 +186,19 @@ def _grid(strides: tuple, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
     return grid, stride
 
 
+GFL_CENTER_OFFSET = 0.5
+
+
+def _center_offset(post: dict) -> float:
+    """The gfl cell centre ``(idx + center_offset)·stride``: 0.5 by default, where NanoDet's GFL head
+    places it (``get_single_level_center_point``: ``(arange + 0.5) * stride``); NanoDet-Plus
+    (``get_single_level_center_priors``: ``arange * stride``) dropped the half: state 0 for its exports."""
+    value = post.get("center_offset", GFL_CENTER_OFFSET)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(float(value)):
+        raise TaskMismatch(f"gfl: center_offset must be a number (0.5 NanoDet, 0 NanoDet-Plus), got {value!r}")
+    return float(value)
+
+
 @_family
 class Gfl(Family):
     name = "gfl"
@@ -212,7 +227,7 @@ class Gfl(Family):
             cls_names.append(cls[0]["name"])
             reg_names.append(reg[0]["name"])
         return {"cls_outputs": cls_names, "reg_outputs": reg_names, "strides": strides, "reg_max": reg_max,
-                "center_offset": float(post.get("center_offset", 0.0)), "activation": post.get("activation", "none"),
+                "center_offset": _center_offset(post), "activation": post.get("activation", "none"),
                 "classes": classes}
 
     @staticmethod

@@ -16,6 +16,7 @@ of the matches.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
@@ -33,13 +34,25 @@ MAX_CANDIDATES = 4096           # the best-scoring boxes NMS sees (a 640 YOLO ha
 MATCH_IOU = 0.5
 SCORE_MARGIN = 0.05             # parity: a box this close under the threshold on the other side still matches
 NEAR_MAX = 50
-# how each family's reference code feeds its input, the import default: (resize, pad/position)
-# (PIL's bilinear, antialiased when shrinking: a 1080-pixel photo into 300 pixels keeps its detail)
-FAMILY_INPUT: dict[str, tuple[str, dict[str, Any]]] = {"yolo": ("letterbox", {"resize": "bilinear", "pad": 114, "pad_position": "center"}),  # Ultralytics
-                # YOLOX (since 0.2.0): BGR pixels 0..255, not normalised (its ValTransform, legacy=False)
-                "yolox": ("letterbox", {"resize": "bilinear", "pad": 114, "pad_position": "top-left",
-                                        "channel_order": "BGR", "scale": "1", "mean": "0", "std": "1"}),
-                "gfl": ("stretch", {"resize": "bilinear"}), "ssd-postprocess": ("stretch", {"resize": "bilinear"})}
+# how each family's reference code feeds its input, the import default: (resize, options). The
+# normalisation is the family's (``normalisation_source`` "family NAME") for every input dtype, an
+# integer input quantizing it with its own scale/zero point, as the reference code does; a stated
+# --scale/--mean/--std replaces it. (PIL's bilinear, antialiased when shrinking: a 1080-pixel
+# photo into 300 pixels keeps its detail.)
+FAMILY_INPUT: dict[str, tuple[str, dict[str, Any]]] = {
+    # Ultralytics (LetterBox, then RGB / 255, no mean/std); its int8 TFLite exports quantize that
+    # [0, 1] input with whatever range the export's calibration left (YOLOv8n's: -2.1..2.6)
+    "yolo": ("letterbox", {"resize": "bilinear", "pad": 114, "pad_position": "center",
+                           "scale": "1/255", "mean": "0", "std": "1"}),
+    # YOLOX (since 0.2.0): BGR pixels 0..255, not normalised (its ValTransform, legacy=False)
+    "yolox": ("letterbox", {"resize": "bilinear", "pad": 114, "pad_position": "top-left",
+                            "channel_order": "BGR", "scale": "1", "mean": "0", "std": "1"}),
+    # NanoDet (its configs' Pipeline: keep_ratio False, normalize [[103.53, 116.28, 123.675],
+    # [57.375, 57.12, 58.395]] on OpenCV's BGR pixels)
+    "gfl": ("stretch", {"resize": "bilinear", "channel_order": "BGR", "scale": "1",
+                        "mean": "103.53,116.28,123.675", "std": "57.375,57.12,58.395"}),
+    "ssd-postprocess": ("stretch", {"resize": "bilinear"})}
+NORMALISATION_KEYS = ("scale", "mean", "std")
 IMAGE_DTYPES = ("uint8", "int8", "float32")
 
 
@@ -80,20 +93,28 @@ def resolve(inputs: list[dict], outputs: list[dict], post: dict | None) -> dict:
     return {"family": family, "params": params, "input_hw": hw, "classes": params.get("classes")}
 
 
+def _real(value) -> bool:
+    """A real number, Python's or numpy's (``np.float32(0.5)``); never a bool (``np.bool_`` is no number)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def check_thresholds(values: dict, max_limit: int | None, err) -> dict:
-    """``score_threshold`` 0..1, ``iou_threshold`` (0, 1], ``max_detections`` 1..limit; ``err(msg)`` raises."""
-    out = {}
+    """``score_threshold`` 0..1, ``iou_threshold`` (0, 1], ``max_detections`` 1..limit; ``err(msg)`` raises.
+    Numpy numbers count as Python's do and come back as Python ``float``/``int``."""
+    out: dict[str, Any] = {}
     for key, value in values.items():
         if key not in THRESHOLDS:
             err(f"unknown detection option {key!r} (known: {', '.join(THRESHOLDS)})")
         if key == "max_detections":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not (_real(value) and isinstance(value, numbers.Integral)) or value < 1:
                 err(f"max_detections must be a positive integer, got {value!r}")
             if max_limit is not None and value > max_limit:
                 err(f"max_detections {value} is over the limit of {max_limit} (max_detections limit)")
-        elif not is_number(value) or not (0 <= value <= 1) or (key == "iou_threshold" and value == 0):
-            err(f"{key} must be a number in {'(0, 1]' if key == 'iou_threshold' else '[0, 1]'}, got {value!r}")
-        out[key] = value
+            out[key] = int(value)
+        else:
+            if not _real(value) or not (0 <= value <= 1) or (key == "iou_threshold" and value == 0):
+                err(f"{key} must be a number in {'(0, 1]' if key == 'iou_threshold' else '[0, 1]'}, got {value!r}")
+            out[key] = value if is_number(value) else float(value)
     return out
 
 
@@ -169,7 +190,7 @@ class ObjectDetection(VisionTask):
         """The ``postprocess`` section: the stated family/parameters resolved on these tensors."""
         facts = resolve(inputs, outputs, post)
         stated = {k: v for k, v in post.items() if k not in ("family", "labels")}
-        check_thresholds({k: v for k, v in stated.items() if k in THRESHOLDS}, None, _mismatch)
+        stated.update(check_thresholds({k: v for k, v in stated.items() if k in THRESHOLDS}, None, _mismatch))
         return {**THRESHOLDS, **stated, "family": facts["family"], **facts["params"]}
 
     @classmethod
@@ -192,9 +213,16 @@ class ObjectDetection(VisionTask):
         spec = model["inputs"][0]
         family = post.get("family") or guess_family(model["outputs"])
         resize, defaults = FAMILY_INPUT.get(family or "", ("stretch", {}))
-        if any(k in opts for k in ("scale", "mean", "std")):     # a stated normalisation replaces the family's
-            defaults = {k: v for k, v in defaults.items() if k not in ("scale", "mean", "std")}
-        pre = vision_import_preprocess(spec, {**defaults, **opts}, warnings, resize=resize)
+        if any(k in opts for k in NORMALISATION_KEYS):     # a stated normalisation replaces the family's
+            defaults = {k: v for k, v in defaults.items() if k not in NORMALISATION_KEYS}
+        try:
+            pre = vision_import_preprocess(spec, {**defaults, **opts}, warnings, resize=resize)
+        except InputError as exc:
+            if "scale" not in defaults or exc.code != ec.IMPORT_NORMALISATION_CLIPS:
+                raise
+            shown = ", ".join(f"{k} {defaults[k]}" for k in NORMALISATION_KEYS)
+            raise InputError(f"{exc.message} (the {family} family's usual input, {shown}, is the default "
+                             f"when no --scale/--mean/--std is stated)", code=exc.code) from None
         if "scale" in defaults and pre.get("normalisation_source") == "stated":
             pre["normalisation_source"] = f"family {family}"
         if "box_units" not in post and (post.get("family") or guess_family(model["outputs"])) == "yolo":

@@ -93,7 +93,7 @@ def test_gfl_distribution_decode_matches_outputs_by_shape_not_name():
         cls = np.zeros((1, n, 2), dtype=np.float32)
         reg = np.full((1, n, 32), -10.0, dtype=np.float32)
         if s == 16:
-            cls[0, 5, 1] = 0.9                                    # row 1, column 1: centre (16, 16)
+            cls[0, 5, 1] = 0.9                                    # row 1, column 1: centre ((1 + 0.5) * 16, ...) = (24, 24)
             reg[0, 5].reshape(4, 8)[np.arange(4), [1, 0, 2, 1]] = 10.0   # l=1, t=0, r=2, b=1 bins
         # deliberately misleading names, in the awkward export's order (cls x3 then reg x3)
         outs.append({"name": f"bbox_pred{i}", "dtype": "float32", "shape": [1, n, 2]})
@@ -104,7 +104,7 @@ def test_gfl_distribution_decode_matches_outputs_by_shape_not_name():
     t = _task(IMG64, outs, {"family": "gfl"})
     (d,) = _finish(t, arrays)
     assert d["class_id"] == 1 and d["score"] == pytest.approx(0.9)
-    assert d["box"] == pytest.approx([16 - 16, 16 - 0, 16 + 32, 16 + 16], abs=1e-2)
+    assert d["box"] == pytest.approx([24 - 16, 24 - 0, 24 + 32, 24 + 16], abs=1e-2)
 
 
 def test_nms_keeps_the_best_of_each_overlap_in_order():
