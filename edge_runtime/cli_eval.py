@@ -21,11 +21,15 @@ from .errors import EdgeRuntimeError, InputError
 @click.option("--json", "as_json", is_flag=True)
 @_guard
 def eval_cmd(artifact, data, device, require_device, device_option, limit, min_accuracy, fail_on_skip, as_json):
-    """Accuracy and latency of ARTIFACT on labelled DATA (image folder or TSV).
+    """Accuracy and latency of a classifier ARTIFACT on labelled DATA (image folder or TSV).
 
     DATA: a folder of <label>/<image> files, or a TSV of text<TAB>label lines
     (label: a name or an index into the artifact's labels; a first line whose
-    label is no label is the header).
+    label is no label is the header). A row is right when the predicted class
+    id is the one its label names; a label text the labels file repeats
+    (ImageNet's "crane": 135 and 518) names no one class and is refused: use
+    the index (a folder 518/). Only classifier tasks (image-classification,
+    text-classification) are evaluated; any other task is refused (exit 2).
 
     \b
     Examples:
@@ -42,9 +46,11 @@ def eval_cmd(artifact, data, device, require_device, device_option, limit, min_a
 
     \b
     Exit codes: 0 ok; 1 accuracy under --min-accuracy (eval_below_min_accuracy);
-    2 nothing could be evaluated (eval_nothing_evaluated, eval_data_empty) or,
-    with --fail-on-skip, a row was skipped (eval_rows_skipped); 3/4/5/6 the
-    artifact's, device's, timeout's, runtime's errors.
+    2 nothing could be evaluated (eval_nothing_evaluated, eval_data_empty),
+    the artifact is no classifier or a label names several classes
+    (input_invalid) or, with --fail-on-skip, a row was skipped
+    (eval_rows_skipped); 3/4/5/6 the artifact's, device's, timeout's,
+    runtime's errors.
     """
     from .cli_score import error_json, exit_with
     from .evaluate import evaluate

@@ -28,6 +28,20 @@ were run (an inference error counts as a wrong answer and is listed under
 can be evaluated, ``evaluate`` raises ``InputError`` (exit 2):
 ``eval_data_empty`` (nothing found) or ``eval_nothing_evaluated`` (every row
 skipped, the reasons named).
+
+A row is correct when the prediction's **class id** is the class its label
+names, never by comparing label texts: a labels file may repeat a text
+(Coral's ImageNet labels have ``crane`` at 135, the bird, and 518, the
+machine), and a repeated text names no one class. A folder or TSV label that
+is such a text is refused before anything runs (``InputError``
+``input_invalid``, exit 2, the class indices named): name the folder, or
+write the label, by its index instead (``518/``).
+
+Only classifiers are evaluated (:func:`eval_tasks`: the tasks whose parity
+metric is ``top1_agreement``, image- and text-classification built in): any
+other task (detection, segmentation, pose, embeddings, tensors) has no one
+label per input to compare, and is refused (``input_invalid``, exit 2,
+the supported tasks named) before the data is read.
 """
 
 from __future__ import annotations
@@ -71,8 +85,9 @@ class Skipped:
 
 
 def resolve_label(truth: str, labels) -> str | None:
-    """The artifact's label for ``truth`` (a name, or an index into ``labels``); None if it is neither.
-    ``labels`` None: no check (the raw label)."""
+    """The artifact's label *text* for ``truth`` (a name, or an index into ``labels``); None if it is
+    neither. ``labels`` None: no check (the raw label). A text, not a class: where the labels file
+    repeats a text it names several classes (``eval`` compares class ids: :class:`LabelIndex`)."""
     if labels is None:
         return truth
     if truth in labels:
@@ -82,15 +97,71 @@ def resolve_label(truth: str, labels) -> str | None:
     return None
 
 
+class LabelIndex:
+    """The classes a label names (a folder name, a TSV label): built once per labels list."""
+
+    def __init__(self, labels: list[str]):
+        self.n = len(labels)
+        self.by_text: dict[str, list[int]] = {}
+        for i, label in enumerate(labels):
+            self.by_text.setdefault(label, []).append(i)
+
+    def classes(self, name: str) -> list[int]:
+        """The class ids ``name`` names: those whose label text it is (more than one where the labels
+        file repeats it), else the index it spells (``"518"``); ``[]`` when it is neither. A label
+        text comes first, as before: with labels ``0..9`` the folder ``7`` is the class labelled 7."""
+        found = self.by_text.get(name)
+        if found:
+            return list(found)
+        if name.isascii() and name.isdigit() and int(name) < self.n:
+            return [int(name)]
+        return []
+
+
+def ambiguous_label(name: str, classes: list[int], where: str, folder: bool = False) -> InputError:
+    """The refusal of a label that names several classes (a text the labels file repeats)."""
+    shown = ", ".join(str(c) for c in classes)
+    choices = " or ".join(f"{c}/" if folder else str(c) for c in classes[:5])
+    fix = f"name the folder by the class index instead ({choices})" if folder else \
+        f"write the label as the class index instead ({choices})"
+    return InputError(f"{where}: label {name!r} is the text of {len(classes)} classes of the artifact "
+                      f"(indices {shown}), so it cannot say which one is right; {fix}"[:600],
+                      code=ec.INPUT_INVALID, label=name, classes=classes)
+
+
+def eval_tasks() -> list[str]:
+    """The tasks ``evaluate`` measures: the classifiers (parity metric ``top1_agreement``)."""
+    from edge_runtime.models import tasks_where
+
+    return tasks_where(is_classifier)
+
+
+def is_classifier(task) -> bool:
+    """``task`` (a Task class or instance) answers one class per input (``top1_agreement``)."""
+    return getattr(task, "parity_metric", None) == "top1_agreement"
+
+
 def _clip(text: str, n: int = 80) -> str:
     return text if len(text) <= n else text[:n] + "…"
 
 
-def _tsv_rows(p: Path, labels, skipped: Skipped, header: dict) -> Iterator[tuple[object, str, dict]]:
+def _truth(name: str, index: LabelIndex | None, where: str) -> object:
+    """The truth of a row labelled ``name``: the raw name (no labels: ``labelled_samples``), the
+    class id it names, or None when it names none. A name of several classes is refused."""
+    if index is None:
+        return name
+    classes = index.classes(name)
+    if len(classes) > 1:
+        raise ambiguous_label(name, classes, where)
+    return classes[0] if classes else None
+
+
+def _tsv_rows(p: Path, labels, skipped: Skipped, header: dict) -> Iterator[tuple[object, object, dict]]:
     try:
         data = p.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read {p}: {exc.strerror or exc}", code=ec.EVAL_DATA_UNREADABLE) from None
+    index = None if labels is None else LabelIndex(labels)
     raw_lines = data.split(b"\n")
     if raw_lines and raw_lines[-1] == b"":
         raw_lines.pop()                              # the final newline ends the last line; it starts none
@@ -110,7 +181,7 @@ def _tsv_rows(p: Path, labels, skipped: Skipped, header: dict) -> Iterator[tuple
             skipped.add("no_tab", where, _clip(line))
             continue
         label = label.strip()
-        truth = resolve_label(label, labels)
+        truth = _truth(label, index, f"{p} line {number}")
         if truth is None and number == 1:
             header.update(line=number, text=_clip(line, 200))
             continue
@@ -123,7 +194,8 @@ def _tsv_rows(p: Path, labels, skipped: Skipped, header: dict) -> Iterator[tuple
         yield text, truth, where
 
 
-def _folder_rows(p: Path, labels, skipped: Skipped) -> Iterator[tuple[object, str, dict]]:
+def _folder_rows(p: Path, labels, skipped: Skipped) -> Iterator[tuple[object, object, dict]]:
+    index = None if labels is None else LabelIndex(labels)
     for entry in sorted(p.iterdir()):
         if entry.name.startswith("."):
             continue
@@ -132,7 +204,8 @@ def _folder_rows(p: Path, labels, skipped: Skipped) -> Iterator[tuple[object, st
                 skipped.add("not_in_label_folder", {"path": entry.name}, "an image directly in the data folder has "
                                                                           "no label")
             continue
-        truth = resolve_label(entry.name, labels)
+        classes = [] if index is None else index.classes(entry.name)
+        truth = entry.name if index is None else classes[0] if len(classes) == 1 else None
         for f in sorted(entry.rglob("*")):
             rel = f.relative_to(p)
             if any(part.startswith(".") for part in rel.parts) or f.is_dir():
@@ -143,6 +216,8 @@ def _folder_rows(p: Path, labels, skipped: Skipped) -> Iterator[tuple[object, st
             elif f.suffix.lower() not in IMAGE_SUFFIXES:
                 skipped.add("not_an_image", where, f"suffix {f.suffix or '(none)'!r} is not "
                                                    f"{'/'.join(IMAGE_SUFFIXES)}")
+            elif len(classes) > 1:        # refused at its first image: rows past --limit are not read
+                raise ambiguous_label(entry.name, classes, f"{p}: folder {entry.name!r}", folder=True)
             elif truth is None:
                 skipped.add("unknown_label", where, f"folder {entry.name!r} is not a label of the artifact")
             else:
@@ -150,7 +225,9 @@ def _folder_rows(p: Path, labels, skipped: Skipped) -> Iterator[tuple[object, st
 
 
 def read_labelled(path, labels=None, limit: int | None = None):
-    """(samples [(raw, label, where)], Skipped, header dict or None), reading at most ``limit`` samples."""
+    """(samples [(raw, truth, where)], Skipped, header dict or None), reading at most ``limit`` samples.
+    ``truth`` is the class id the row's label names (``labels`` given; a label that names several
+    classes raises ``InputError``), or the raw label text (``labels`` None)."""
     p = Path(path)
     skipped = Skipped()
     header: dict = {}
@@ -173,12 +250,18 @@ def labelled_samples(path) -> list[tuple[object, str]]:
     samples, _, _ = read_labelled(path)
     if not samples:
         raise InputError(f"{path}: no labelled samples found", code=ec.EVAL_DATA_EMPTY)
-    return [(raw, label) for raw, label, _ in samples]
+    return [(raw, str(label)) for raw, label, _ in samples]
 
 
 def evaluate(rt, path, limit: int | None = None) -> dict:
     if limit is not None and limit < 1:
         raise InputError(f"limit must be at least 1, got {limit}", code=ec.INPUT_INVALID)
+    task_name = getattr(rt.task, "name", None) or type(rt.task).__name__
+    if not is_classifier(rt.task):
+        supported = eval_tasks()
+        raise InputError(f"eval measures the accuracy of a classifier ({', '.join(supported)}); this artifact's "
+                         f"task is {task_name}, which answers no one label per input: it is not evaluated "
+                         f"(score writes its results)", code=ec.INPUT_INVALID, task=task_name, supported=supported)
     labels = list(getattr(rt.task, "labels", None) or [])
     samples, skipped, header = read_labelled(path, labels, limit)
     if not samples:
@@ -200,8 +283,12 @@ def evaluate(rt, path, limit: int | None = None) -> dict:
             if len(error_examples) < EXAMPLES_PER_REASON:
                 error_examples.append({"code": exc.code, **where, "message": exc.message[:200]})
             continue
+        if res.class_id is None:      # a classifier plug-in whose result carries no class id
+            raise EdgeRuntimeError(f"task {task_name} is a classifier (top1_agreement) but its result carries no "
+                                   f"class_id: eval compares class ids, not label texts", code=ec.TASK_INVALID,
+                                   task=task_name)
         latencies.append(res.latency_ms)
-        correct += res.prediction == truth
+        correct += int(res.class_id) == truth
     n = len(samples)
     lat = np.asarray(latencies, dtype=float)
 

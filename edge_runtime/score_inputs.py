@@ -21,6 +21,14 @@ without the id field, a row whose id cell is missing or empty) gets ``id``
 Its ``line`` says where it was. A JSONL id JSON cannot write as it is (an
 object, a list, NaN or infinity) is its JSON text (``'{"a": 1}'``, ``"NaN"``).
 
+Image paths: a relative path in a JSONL field or a CSV/TSV column named
+``image``, ``path`` or ``file`` is taken from the input file's folder (an
+absolute path as it is, ``""`` stays empty and is rejected as ``input_empty``);
+in a field of another name (``--field img``), from the working directory. An
+input that is no regular file (a pipe, ``<(...)``) has no folder: its relative
+paths are taken from the working directory (``/dev/stdin`` redirected from a
+file: that file's folder). See :func:`image_base`.
+
 A blank JSONL line (empty or white space only) is no record: it gets no
 index and no output line (``line`` still counts it). A blank line of a text
 input is one (an empty text, rejected as ``input_empty``): there the line is
@@ -126,8 +134,35 @@ def read_text(path: Path, cap: int) -> Iterator[Record]:
                                                       f"{exc.start})", code=ec.INPUT_BAD_ENCODING), line=number)
 
 
+IMAGE_PATH_FIELDS = ("image", "path", "file")
+
+
+def image_base(path: Path) -> Path | None:
+    """The folder a relative image path in ``path``'s records (a field or column named in
+    ``IMAGE_PATH_FIELDS``) is taken from: the input file's folder; None (the working directory)
+    for an input that is no regular file (a pipe, ``<(...)``), which has no folder. ``/dev/stdin``
+    or ``/dev/fd/N`` redirected from a file: that file's folder, not ``/dev``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path.parent
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    if path.absolute().parts[1:2] in (("dev",), ("proc",)):       # a descriptor's alias: where it leads
+        return Path(os.path.realpath(path)).parent
+    return path.parent
+
+
+def _image_path(value, field: str, base: Path | None):
+    """``value`` of ``field`` as the reader yields it: a relative image path joined to ``base``
+    (an absolute one unchanged, ``""`` left empty); any other field or value as it is."""
+    if base is not None and field in IMAGE_PATH_FIELDS and isinstance(value, str) and value:
+        return str(base / value)
+    return value
+
+
 def read_jsonl(path: Path, cap: int, field: str, id_field: str | None) -> Iterator[Record]:
-    base = path.parent
+    base = image_base(path)
     id_field = id_field or "id"
     for i, line, number in _jsonl_lines(path, cap):
         if line is None:
@@ -148,10 +183,7 @@ def read_jsonl(path: Path, cap: int, field: str, id_field: str | None) -> Iterat
             yield Record(i, rid, error=InputError(f"line {number} has no field {field!r}", code=ec.INPUT_FIELD_MISSING),
                          line=number)
             continue
-        value = obj[field]
-        if field in ("image", "path", "file") and isinstance(value, str) and value:
-            value = str(base / value)          # image paths are relative to the JSONL file ("" stays empty)
-        yield Record(i, rid, value, line=number)
+        yield Record(i, rid, _image_path(obj[field], field, base), line=number)   # relative to the file
 
 
 def _json_id(rid):
@@ -185,6 +217,7 @@ def _csv_reader(path: Path, fh):
 
 
 def read_csv(path: Path, cap: int, column: str, id_column: str | None) -> Iterator[Record]:
+    base = image_base(path)
     csv.field_size_limit(cap)
     with _csv_open(path) as fh:
         reader = _csv_reader(path, fh)
@@ -222,7 +255,7 @@ def read_csv(path: Path, cap: int, column: str, id_column: str | None) -> Iterat
                 yield Record(i, rid, error=InputError(f"row at line {start} has no {column!r} value",
                                                       code=ec.INPUT_FIELD_MISSING), line=start)
             else:
-                yield Record(i, rid, row[col], line=start)
+                yield Record(i, rid, _image_path(row[col], column, base), line=start)   # as JSONL's
             i += 1
 
 
@@ -351,4 +384,4 @@ def count_records(path, fmt: str | None = None, *, cap: int = 8 << 20) -> int | 
 
 
 __all__ = ["Record", "RecordStream", "read_records", "count_records", "detect_format", "input_fingerprint",
-           "effective_options", "image_files", "FORMATS"]
+           "effective_options", "image_files", "image_base", "FORMATS", "IMAGE_PATH_FIELDS"]
