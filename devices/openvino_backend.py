@@ -27,20 +27,64 @@ for, never at module import.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
+from edge_runtime import error_codes as ec
+from edge_runtime.errors import DeviceError
+
 from .base import (Capabilities, DeviceBackend, DeviceSession, Option, Pool, Suitability, cache_dir as _cache_dir,
                    cache_options, check_io, threads_option, writable_dir)
+from .session import SessionClosed
 
 log = logging.getLogger("edge_runtime.openvino")
 _DEVICES = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU", "auto": "AUTO"}
 PRECISIONS = ("auto", "f32", "bf16", "f16")
 _core = None
 _core_lock = threading.Lock()
+
+
+# OpenVINO does not run in a child forked from a process where it compiled a model: once such a model
+# was released before the fork (a closed runtime, the sessions threads_fit drops at load), the child's
+# compile_model blocks for ever, with a new Core too (OpenVINO 2026.4 CPU plugin, raw API; a model kept
+# alive let it compile, but an inherited session's batch queue blocked). A child forked after a model
+# was compiled here is refused at load with a DeviceError, never left to hang; sessions loaded before
+# the fork are refused by the runtime (``runtime_call``).
+_compiled_in: int | None = None             # the pid that compiled a model (set at each session's load)
+_forked_after: tuple[int, int] | None = None  # in a child forked after that: (that pid, this pid)
+
+
+def _after_fork_in_child() -> None:
+    global _core_lock, _forked_after
+    _core_lock = threading.Lock()       # one another thread held at the fork is never released in the child
+    if _forked_after is not None:
+        _forked_after = (_forked_after[0], os.getpid())
+    elif _compiled_in is not None:
+        _forked_after = (_compiled_in, os.getpid())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _mark_compiling() -> None:
+    """A child forked from now on cannot compile (``_refuse_forked_child``)."""
+    global _compiled_in
+    _compiled_in = os.getpid()
+
+
+def _refuse_forked_child() -> None:
+    if _forked_after is not None:
+        raise DeviceError(f"OpenVINO compiled models in process {_forked_after[0]}, and this process "
+                          f"({_forked_after[1]}) is a child forked from it: OpenVINO's compile_model blocks for "
+                          "ever in such a child. Start the child with multiprocessing's 'spawn' or 'forkserver' "
+                          "(or the OpenVINO work before any fork), load with isolate=True (its worker is a fresh "
+                          "process), or use another device here (device='onnxruntime')",
+                          code=ec.DEVICE_BACKEND_BROKEN, pid=_forked_after[1], compiled_in_pid=_forked_after[0])
 
 
 def _ov():
@@ -120,6 +164,7 @@ class OpenVinoSession(DeviceSession):
         if options.get("threads"):
             self._config["INFERENCE_NUM_THREADS"] = options["threads"]
         self._ov_device = ov_device
+        _mark_compiling()
         t0 = time.perf_counter()
         # compiling from the path lets a cache hit skip reading and hashing the graph
         self._model: str | None = str(model_path)     # None once released
@@ -220,6 +265,8 @@ class OpenVinoSession(DeviceSession):
     def _throughput(self):
         with self._tp_lock:
             if self._tp is None:
+                if self._closed:        # closed since run_many's check: its model is gone
+                    raise SessionClosed("session is closed")
                 ov = _ov()
                 compiled = core().compile_model(self._model, self._ov_device,
                                                 {**self._config, "PERFORMANCE_HINT": "THROUGHPUT"})
@@ -251,7 +298,7 @@ class OpenVinoSession(DeviceSession):
         batch path never cancels; ``infer()`` does.
         """
         if self._closed:
-            raise RuntimeError("session is closed")
+            raise SessionClosed("session is closed")
         for feeds in feeds_list:
             self._check(feeds)
         tp = self._throughput()
@@ -321,7 +368,7 @@ class OpenVinoSession(DeviceSession):
 
     def _release(self) -> None:
         self._tp = None
-        self._pool.clear()
+        self._pool.close()      # a call waiting for a request gets SessionClosed, never waits on
         self._compiled = None
         self._model = None
 
@@ -378,4 +425,5 @@ class OpenVinoBackend(DeviceBackend):
         return Suitability("cpu", f"{self.name}:cpu", "OpenVINO CPU plugin on a CPU without AVX2")
 
     def open(self, model_path, bucket, sub, options):
+        _refuse_forked_child()
         return OpenVinoSession(model_path, bucket, sub, options, options.provenance.get("why"))

@@ -1,6 +1,6 @@
 """The session skeleton: the feed check (``FeedCheck``, ``check_feeds``), the model's I/O
 names against the manifest (``check_io``) and ``DeviceSession`` (the closed guard and the
-feed check around a backend's ``_run``).
+feed check around a backend's ``_run``; ``SessionClosed``, what a closed session raises).
 """
 
 from __future__ import annotations
@@ -13,6 +13,12 @@ from .protocol import Capabilities
 
 
 # -- the skeleton: sessions ------------------------------------------------------
+class SessionClosed(RuntimeError):
+    """``run`` on a session that is closed, or that was closed while the call waited for one of
+    its pooled objects (``Pool``). The runtime reports a failure of a closed runtime's call as
+    ``runtime_closed``."""
+
+
 class FeedCheck:
     """The bucket's inputs, precomputed: feeds must match them exactly (names, arrays,
     shapes, dtypes). Raises ``ValueError`` (the runtime wraps it); input validation proper
@@ -72,7 +78,7 @@ class DeviceSession:
 
     def run(self, feeds, cancel=None):
         if self._closed:
-            raise RuntimeError("session is closed")
+            raise SessionClosed("session is closed")
         self._check(feeds)
         return self._run(feeds, cancel)
 

@@ -55,6 +55,16 @@ _NATIVE_NOISE = {b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.",
 _FD2_LOCK = threading.RLock()     # re-entrant: a nested block redirects into the outer one
 
 
+def _fd2_lock_after_fork() -> None:
+    """A forked child gets a fresh lock: one another thread held at the fork is never released there."""
+    global _FD2_LOCK
+    _FD2_LOCK = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fd2_lock_after_fork)
+
+
 @contextlib.contextmanager
 def quiet_native_stderr():
     """Drop LiteRT's INFO lines from the process's stderr while the block runs.
@@ -219,7 +229,7 @@ class TfliteSession(DeviceSession):
                 "interpreters": self._pool.size, "delegate": self.device if self._delegate_factory else None}
 
     def _release(self) -> None:
-        self._pool.clear()
+        self._pool.close()      # a call waiting for an interpreter gets SessionClosed, never waits on
 
 
 def _package_of(mod) -> str:

@@ -28,9 +28,9 @@ def run_grouped(rt, items: list, lim, deadline, options: dict | None = None) -> 
             continue
         groups.setdefault(prepared.bucket, []).append((i, prepared))
     for bucket, members in groups.items():
-        sess = rt._sessions[bucket]
         budget = deadline / 1000 * len(members)
         try:
+            sess = rt._sessions[bucket]     # IndexError once close() emptied the list: runtime_closed (rt._fail)
             raw_outs = sess.run_many([p.feeds for _, p in members], timeout_s=budget)
         except Exception as exc:
             raw_outs = [exc] * len(members)

@@ -3,10 +3,16 @@
 Defaults come from our design notes. An artifact may override them in its
 manifest (``limits``) and a caller per call; a limit can be raised or lowered
 but never removed: ``None``, zero, negative or non-integer values are refused.
+The deadline (``deadline_ms``, in ``limits`` or as ``infer(deadline_ms=)``) is a
+positive number of milliseconds, whole or not; the other limits are positive
+integers. numpy's integers and floats count as numbers; ``True`` does not.
 """
 
 from __future__ import annotations
 
+import numbers
+import sys
+from collections.abc import Mapping
 
 from . import error_codes as ec
 from .errors import ArtifactError, InputError
@@ -21,7 +27,7 @@ class Limits(Frozen):
     max_text_chars: int
     max_image_bytes: int
     max_image_pixels: int
-    deadline_ms: int
+    deadline_ms: float                  # ms, whole or not (deadline_value)
     max_json_depth: int
     max_detections: int                # detections in one result (a detector's max_detections is capped to it)
 
@@ -33,19 +39,27 @@ class Limits(Frozen):
                              max_image_pixels=max_image_pixels, deadline_ms=deadline_ms,
                              max_json_depth=max_json_depth, max_detections=max_detections)
 
-    def merged(self, overrides: dict | None, *, source: str = "call") -> "Limits":
-        """Return a copy with ``overrides`` applied, each one validated."""
+    def merged(self, overrides: Mapping | None, *, source: str = "call") -> "Limits":
+        """Return a copy with ``overrides`` (a mapping of limit name to value) applied, each one validated."""
+        err = ArtifactError if source == "manifest" else InputError
+        if overrides is None:
+            return self
+        if not isinstance(overrides, Mapping):
+            raise err(f"limits must be a dict of limit name to value, not {type(overrides).__name__}",
+                      code=ec.LIMIT_INVALID)
         if not overrides:
             return self
         known = set(self.FIELDS)
         clean = {}
         for key, value in overrides.items():
-            err = ArtifactError if source == "manifest" else InputError
             if key not in known:
                 raise err(f"unknown limit {key!r} (known: {', '.join(sorted(known))})", code=ec.LIMIT_UNKNOWN)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            if key == "deadline_ms":
+                clean[key] = deadline_value(value, err, "limit deadline_ms")
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
                 raise err(f"limit {key} must be a positive integer, got {value!r}", code=ec.LIMIT_INVALID)
-            clean[key] = value
+            clean[key] = int(value)
         return self.replace(**clean)
 
     def lowered(self, overrides: dict | None, *, what: str = "limit") -> "Limits":
@@ -61,6 +75,27 @@ class Limits(Frozen):
                                  f"lowered here (valid keys: {', '.join(sorted(self.to_dict()))})",
                                  code=ec.LIMIT_RAISE_REFUSED, limit=key, current=current, requested=value)
         return new
+
+
+def deadline_value(ms, err: type = InputError, what: str = "deadline_ms") -> int | float:
+    """``ms`` as a deadline: a positive number of milliseconds (an int, a float or a numpy scalar;
+    infinity is no deadline of its own, the watchdog then waits an hour at a time), returned as a
+    Python int or float; anything else, NaN, and an integer too large for a float (no clock could
+    add it) is ``err`` with ``limit_invalid``."""
+    kind = type(ms)
+    if kind is not int and kind is not float:      # the usual case costs two type tests
+        if isinstance(ms, bool) or not isinstance(ms, numbers.Real):
+            raise err(f"{what} must be a positive number, got {ms!r}", code=ec.LIMIT_INVALID)
+        ms = int(ms) if isinstance(ms, numbers.Integral) else float(ms)
+    if not ms > 0:      # NaN is not either
+        raise err(f"{what} must be a positive number, got {ms!r}", code=ec.LIMIT_INVALID)
+    if type(ms) is int and ms > _FLOAT_INT_MAX:
+        raise err(f"{what} must be a positive number a clock can add, got an integer of {ms.bit_length()} bits",
+                  code=ec.LIMIT_INVALID)
+    return ms
+
+
+_FLOAT_INT_MAX = int(sys.float_info.max)
 
 
 DEFAULT_LIMITS = Limits()

@@ -27,7 +27,7 @@ from .limits import DEFAULT_LIMITS, Limits
 from .measured_here import isa_note, tuned_summary
 from .metrics import RuntimeMetrics
 from .records import Variant
-from .runtime_call import CallPath, has_non_finite  # noqa: F401 (has_non_finite: its public home was here)
+from .runtime_call import CallPath, has_non_finite, track  # noqa: F401 (has_non_finite: its public home was here)
 from .selection import choose, session_fallback
 from .threads_fit import fit_threads
 
@@ -154,6 +154,7 @@ class Runtime(CallPath):
         self._pool = None       # the worker pool of non-inline sessions, made on their first call
         self._closed = False
         self._lock = threading.Lock()
+        track(self)             # refused in a process forked from this one (runtime_call: no per-call cost)
         self.warmup_ms: dict[str, float] = {}
         self.threads_fit: dict | None = None
         try:
@@ -269,6 +270,8 @@ class Runtime(CallPath):
         score``): sessions with a separate throughput path (OpenVINO's THROUGHPUT
         model) compile and warm it now rather than inside the first batch. Not part
         of ``load()``: an ``infer()``-only app should not pay for it. Returns ms per bucket."""
+        if self._forked is not None:        # the parent's sessions: OpenVINO's queue blocks in a child
+            raise self._closed_error()
         out = {}
         for sess, bucket, caps in zip(self._sessions, self.variant.buckets, self.capabilities):
             if caps.batch_warmup:
@@ -325,9 +328,9 @@ class Runtime(CallPath):
             "buckets": [{"name": b.name, "inputs": b.inputs, "outputs": b.outputs}
                         for b in self.variant.buckets],
             "sessions": [s.info() for s in self._sessions],
-            "device_options": self.device_options,
-            "runtime_provenance": self.runtime_provenance,
-            "recorded_options_ignored": self.recorded_options_ignored,
+            "device_options": dict(self.device_options),        # copies: a caller's edit is not the runtime's
+            "runtime_provenance": dict(self.runtime_provenance),
+            "recorded_options_ignored": list(self.recorded_options_ignored),
             "capabilities": [c.fields_dict() for c in self.capabilities],
             "quantization": self.variant.quantization,
             "parity": self.variant.parity,
@@ -336,7 +339,7 @@ class Runtime(CallPath):
             "verified_files": len(self.verified_files),
             "other_files_verify_ms": round(self.other_files_verify_ms, 3),
             "load_ms": round(self.load_ms, 3),
-            "warmup_ms": self.warmup_ms,
+            "warmup_ms": dict(self.warmup_ms),
             "isa": self.isa,
             "verified_here": self.verified_here,
             "tuned": {**(tuned_summary(self.tuned, self.choice) or {}), "not_applied": self.tune_not_applied}

@@ -10,7 +10,10 @@ call.
 from __future__ import annotations
 
 import math
+import os
+import threading
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -20,7 +23,7 @@ from edge_runtime.devices.base import SessionCrashed
 from . import error_codes as ec
 from .batch_path import run_grouped
 from .errors import EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout, InputError
-from .limits import Limits
+from .limits import Limits, deadline_value
 from .metrics import RuntimeMetrics
 from .result import InferenceResult, new_trace_id
 from .watchdog import WATCHDOG
@@ -46,6 +49,8 @@ class CallPath:
     _workers: int
     _closed: bool
     _lock: Any
+    _forked: tuple[int, int] | None = None   # (pid that loaded it, this pid) in a forked child: refused here
+    _loaded_pid: int = 0
     _consts: tuple | None = None     # (device, target, model, version) of every result, read on the first
 
     def infer(self, raw, *, deadline_ms: int | None = None, limits: dict | None = None,
@@ -53,9 +58,9 @@ class CallPath:
         """One result for ``raw``. ``options`` are the task's per-call settings (``Task.call_options``:
         a detector's thresholds), checked against the limits; a task without any refuses them."""
         t0 = time.perf_counter()
-        lim = self.limits if limits is None else self.limits.merged(limits)
         try:
-            deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
+            lim = self.limits if limits is None else self.limits.merged(limits)    # a refusal is counted too
+            deadline = lim.deadline_ms if deadline_ms is None else deadline_value(deadline_ms)
             opts = None if options is None else self._options(options, lim)
             res = self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, trace_id, opts)
             self._metrics.ok(res.bucket, res.latency_ms, res.input_length, res.truncated)
@@ -120,7 +125,7 @@ class CallPath:
         if total > lim.max_request_bytes:
             raise InputError(f"batch is {total} bytes, over the request limit of {lim.max_request_bytes}",
                              code=ec.INPUT_TOO_LARGE, limit=lim.max_request_bytes)
-        deadline = lim.deadline_ms if deadline_ms is None else _positive(deadline_ms)
+        deadline = lim.deadline_ms if deadline_ms is None else deadline_value(deadline_ms)
         if len(items) > 1 and self._batched:
             return run_grouped(self, list(items), lim, deadline, opts)
         out = []
@@ -142,7 +147,10 @@ class CallPath:
             raise self._closed_error()
         prepared = self._prepare(raw, lim, opts)
         k = prepared.bucket
-        sess = self._sessions[k]
+        try:
+            sess = self._sessions[k]
+        except IndexError as exc:   # close() emptied the list after the check above (no lock per call)
+            raise self._fail(exc, prepared) from None       # runtime_closed
         remaining = t_end - time.perf_counter()
         if remaining <= 0:
             raise InferenceTimeout(f"deadline of {deadline} ms passed before the device call",
@@ -171,6 +179,14 @@ class CallPath:
             raise
 
     def _closed_error(self) -> InferenceRuntimeError:
+        forked = self._forked
+        if forked is not None:
+            return InferenceRuntimeError(
+                f"this runtime was loaded in process {forked[0]} and called in forked child {forked[1]}: a runtime "
+                "does not survive fork() (the backend's native threads and the isolated worker's pipe stay with "
+                "the parent): load the artifact in the child (er.load after the fork), or start children with "
+                "multiprocessing's 'spawn' or 'forkserver'", code=ec.RUNTIME_CLOSED, device=self.device,
+                variant=self.variant.target, loaded_in_pid=forked[0], pid=forked[1])
         return InferenceRuntimeError("runtime is closed", code=ec.RUNTIME_CLOSED, device=self.device,
                                      variant=self.variant.target)
 
@@ -235,6 +251,8 @@ class CallPath:
                     device=self.device, variant=self.variant.target, output=name)
 
     def _fail(self, exc, prepared):
+        if self._closed:    # closed under the call: its session's objects are gone (SessionClosed, or whatever
+            return self._closed_error()     # a half-released session raised); the failure is the close's
         return InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "
                                      f"{self.variant['buckets'][prepared.bucket]['name']}: {type(exc).__name__}: {exc}",
                                      device=self.device, variant=self.variant.target,
@@ -351,7 +369,49 @@ def has_non_finite(arr) -> bool:
     return not bool(np.isfinite(arr).all())
 
 
-def _positive(ms) -> float:
-    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not ms > 0 or ms != ms:
-        raise InputError(f"deadline_ms must be a positive number, got {ms!r}", code=ec.LIMIT_INVALID)
-    return ms
+# -- fork: a runtime belongs to the process that loaded it ------------------------------------------
+# The backends' native thread pools (OpenVINO's streams, ONNX Runtime's and LiteRT's threads), the
+# watchdog's thread and the isolated worker's pipe do not carry over into a forked child: OpenVINO's
+# infer_batch blocked there for ever, ONNX Runtime documents sessions as not fork-safe. The child's
+# copy of every live runtime is marked closed by the at-fork hook (the call path's existing closed
+# check refuses it, ``runtime_closed`` naming both pids: no per-call cost), and its sessions are
+# never torn down in the child, not even at its exit (the parent owns their threads: a forked child
+# that dropped an OpenVINO runtime at exit never exited; ONNX Runtime's own fix for that, #31961,
+# abandons the inherited state too). ``close()`` there is a no-op.
+_LIVE: "weakref.WeakSet[CallPath]" = weakref.WeakSet()
+_INHERITED: list = []       # in a forked child: the parent's sessions, never torn down here
+
+
+def track(rt: CallPath) -> None:
+    """Called by ``Runtime`` once loaded: the runtime is refused in a child forked after this."""
+    rt._loaded_pid = os.getpid()
+    _LIVE.add(rt)
+
+
+def _after_fork_in_child() -> None:
+    child = os.getpid()
+    for rt in list(_LIVE):
+        rt._lock = threading.Lock()     # another thread may have held it at the fork
+        if hasattr(rt._metrics, "_lock"):   # a refusal is counted: a lock held at the fork must not block it
+            rt._metrics._lock = threading.Lock()
+        if rt._forked is not None:      # a grandchild: the runtime was loaded further up
+            rt._forked = (rt._forked[0], child)
+        elif not rt._closed:            # (one the parent closed stays "runtime is closed")
+            rt._forked = (rt._loaded_pid, child)
+            rt._closed = True
+            _abandon(list(getattr(rt, "_sessions", ())))
+
+
+def _abandon(sessions: list) -> None:
+    """Keep ``sessions`` alive for the rest of this (forked) process, interpreter teardown included:
+    a reference the interpreter never drops, so no native destructor runs here."""
+    if not sessions:
+        return
+    import ctypes
+
+    _INHERITED.append(sessions)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(sessions))
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

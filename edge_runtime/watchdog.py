@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import os
 import threading
 import time
 
@@ -49,12 +50,18 @@ class Watchdog:
     # never a timeout Condition.wait cannot take (over threading.TIMEOUT_MAX: OverflowError killed the thread)
 
     def __init__(self):
+        self._seq = itertools.count()
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """The state of a watchdog with no thread yet: at creation, and in a forked child, which has
+        none of the parent's threads (a ``_thread`` left set there meant no deadline ever fired)
+        and may hold the lock as another of the parent's threads held it at the fork."""
         self._lock = threading.Lock()           # arm/disarm take it directly (a C call, not the
         self._cv = threading.Condition(self._lock)  # Condition's Python-level __enter__/__exit__)
-        self._heap: list = []
+        self._heap: list = []       # a child drops the parent's entries: their calls are not in it
         self._wake_at = math.inf    # when the thread wakes by itself (inf: it waits for a notify)
         self._dead = 0          # disarmed entries still in the heap
-        self._seq = itertools.count()
         self._thread: threading.Thread | None = None
 
     def arm(self, t_end: float) -> tuple[CancelToken, list]:
@@ -107,3 +114,5 @@ class Watchdog:
 
 
 WATCHDOG = Watchdog()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=WATCHDOG._fresh)      # the child's first armed call starts its thread
