@@ -323,15 +323,19 @@ def test_deadline_cancels_a_running_openvino_call(ov_minilm_embedding_artifact):
     with er.load(ov_minilm_embedding_artifact, device="openvino", strict=True) as rt:
         text = "shares rose sharply after the earnings report " * 12      # seq128
         full = min(rt.infer(text).latency_ms for _ in range(3))
-        t0 = time.perf_counter()
-        with pytest.raises(er.InferenceTimeout) as ei:
-            rt.infer(text, deadline_ms=full / 4)
-        elapsed = (time.perf_counter() - t0) * 1000
-        # "did not answer": InferRequest.cancel() made the running call raise (a call that ran to the
-        # end would say "answered after the deadline"). The time bound has scheduler slack: on an AMX
-        # box a full call is 4.5 ms, and a 1 ms hiccup once put a cancelled call at 5.3 ms.
-        assert "did not answer" in ei.value.message
-        assert elapsed < full + 10
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            with pytest.raises(er.InferenceTimeout) as ei:
+                rt.infer(text, deadline_ms=full / 4)
+            times.append((time.perf_counter() - t0) * 1000)
+            # "did not answer": InferRequest.cancel() made the running call raise (a call that ran to
+            # the end would say "answered after the deadline"), every time
+            assert "did not answer" in ei.value.message
+        # The time bound has scheduler slack: on an AMX box a full call is 4.5 ms, and a 1 ms hiccup
+        # once put a cancelled call at 5.3 ms; in a CI run on the 2-core EPYC one attempt took 88 ms
+        # (full 9 ms): the best of three must be within it, a cancel that never works fails all three
+        assert min(times) < full + 10, times
         assert rt.infer(text).bucket == "seq128"
 
 
