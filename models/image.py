@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .base import is_number, preprocess_error
 # decoding lives in image_decode; decode, decode_pixels and to_8bit stay importable from here
 from .image_decode import FORMATS, _pil, bmp_bytes, decode, decode_pixels, image_size, to_8bit
 
-__all__ = ["FORMATS", "TensorPlan", "bmp_bytes", "decode", "decode_pixels", "default_normalisation", "image_size",
+__all__ = ["FORMATS", "TensorPlan", "bmp_bytes", "check_image_preprocess", "decode", "decode_pixels", "default_normalisation", "image_size",
            "input_plan", "load_image_samples", "normalisation", "quantized_levels", "resize_half_pixel",
            "to_8bit", "to_tensor"]
 
@@ -238,3 +239,27 @@ def load_image_samples(path) -> list:
     if not files:
         raise ValueError(f"no PNG/JPEG/BMP images under {p}")
     return [f.read_bytes() for f in files]
+
+
+def check_image_preprocess(pre: dict, task: str, bad) -> int:
+    """The ``--preprocess`` keys every image task shares (size, channels, scale, mean, std), checked
+    with ``bad(key, want)``; returns the channel count."""
+    if "size" not in pre:
+        preprocess_error(f"--preprocess needs 'size' ([height, width]) for {task}")
+    s = pre["size"]
+    if not (isinstance(s, list) and len(s) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                                        for v in s)):
+        bad("size", "need two positive integers [height, width]")
+    channels = pre.get("channels", 3)
+    if "channels" in pre and (isinstance(channels, bool) or channels not in (1, 3)):
+        bad("channels", "need 1 or 3")
+    if "scale" in pre and not (is_number(pre["scale"]) and pre["scale"] > 0):
+        bad("scale", "need a positive number")
+    for key in ("mean", "std"):
+        if key in pre:
+            v = pre[key]
+            if not (isinstance(v, list) and len(v) in {1, channels} and all(is_number(x) for x in v)):
+                bad(key, f"need a list of 1 or {channels} (channels) numbers")
+            if key == "std" and any(x <= 0 for x in v):
+                bad(key, "every std must be > 0")
+    return channels

@@ -17,10 +17,10 @@ from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
 from edge_runtime.limits import IMAGE_LIMITS
 
-from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, classify, is_number,
+from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, classify,
                    preprocess_error, score_keys)
 from .classification import classify_values, code_table
-from .image import _RESAMPLE, TensorPlan, _pixels, input_plan, load_image_samples
+from .image import _RESAMPLE, TensorPlan, _pixels, check_image_preprocess, input_plan, load_image_samples
 from .image_decode import _pil, bmp_bytes, decode_pixels, image_size
 
 LAYOUTS = ("NCHW", "NHWC")
@@ -117,24 +117,7 @@ class ImageClassification(Task):
         def bad(key, want):
             preprocess_error(f"--preprocess {key!r}: {want}, got {pre[key]!r}")
 
-        if "size" not in pre:
-            preprocess_error("--preprocess needs 'size' ([height, width]) for image-classification")
-        s = pre["size"]
-        if not (isinstance(s, list) and len(s) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
-                                                            and v > 0 for v in s)):
-            bad("size", "need two positive integers [height, width]")
-        channels = pre.get("channels", 3)
-        if "channels" in pre and (isinstance(channels, bool) or channels not in (1, 3)):
-            bad("channels", "need 1 or 3")
-        if "scale" in pre and not (is_number(pre["scale"]) and pre["scale"] > 0):
-            bad("scale", "need a positive number")
-        for key in ("mean", "std"):
-            if key in pre:
-                v = pre[key]
-                if not (isinstance(v, list) and len(v) in {1, channels} and all(is_number(x) for x in v)):
-                    bad(key, f"need a list of 1 or {channels} (channels) numbers")
-                if key == "std" and any(x <= 0 for x in v):
-                    bad(key, "every std must be > 0")
+        check_image_preprocess(pre, cls.name, bad)
         if "layout" in pre and pre["layout"] not in LAYOUTS:
             bad("layout", f"need one of {', '.join(LAYOUTS)}")
         if "resize" in pre and pre["resize"] not in RESIZE_METHODS:

@@ -29,8 +29,8 @@ import numpy as np
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError
 
-from .base import is_number, preprocess_error
-from .image import _RESAMPLE, TensorPlan, input_plan, resize_half_pixel
+from .base import preprocess_error
+from .image import _RESAMPLE, TensorPlan, check_image_preprocess, input_plan, resize_half_pixel
 from .image_decode import _pil, bmp_bytes, decode
 
 RESIZE_MODES = ("stretch", "letterbox")
@@ -77,24 +77,7 @@ def check_vision_preprocess(pre: dict, task: str) -> None:
     def bad(key, want):
         preprocess_error(f"--preprocess {key!r}: {want}, got {pre[key]!r}")
 
-    if "size" not in pre:
-        preprocess_error(f"--preprocess needs 'size' ([height, width]) for {task}")
-    s = pre["size"]
-    if not (isinstance(s, list) and len(s) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
-                                                        for v in s)):
-        bad("size", "need two positive integers [height, width]")
-    channels = pre.get("channels", 3)
-    if "channels" in pre and (isinstance(channels, bool) or channels not in (1, 3)):
-        bad("channels", "need 1 or 3")
-    if "scale" in pre and not (is_number(pre["scale"]) and pre["scale"] > 0):
-        bad("scale", "need a positive number")
-    for key in ("mean", "std"):
-        if key in pre:
-            v = pre[key]
-            if not (isinstance(v, list) and len(v) in {1, channels} and all(is_number(x) for x in v)):
-                bad(key, f"need a list of 1 or {channels} (channels) numbers")
-            if key == "std" and any(x <= 0 for x in v):
-                bad(key, "every std must be > 0")
+    check_image_preprocess(pre, task, bad)
     choices = {"layout": ("NCHW", "NHWC"), "resize": RESIZE_MODES, "interpolation": INTERPOLATIONS,
                "pad_position": PAD_POSITIONS, "channel_order": CHANNEL_ORDERS}
     for key, allowed in choices.items():
