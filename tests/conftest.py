@@ -50,6 +50,12 @@ atexit.register(shutil.rmtree, os.environ["EDGE_RUNTIME_CACHE_DIR"], True)
 
 
 @pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """A cache dir of this test's own (tune decisions, verify records): nothing from the tests before."""
+    monkeypatch.setenv("EDGE_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
 def make_artifact(tmp_path):
     from factories import make_artifact as mk
 

@@ -175,3 +175,8 @@ def rewrite_manifest(root, mutate, reseal: bool = True) -> None:
     if reseal:
         data[SEAL] = seal(data)
     p.write_text(json.dumps(data))
+
+
+def seal_of(art: Path) -> str:
+    """The artifact's seal, as tune and verify key their records by it."""
+    return json.loads((Path(art) / "manifest.json").read_text())["manifest_sha256"]

@@ -20,9 +20,7 @@ from edge_runtime.models.base import Outputs, Scores, TaskOutput
 from fake_backend import FakeBackend, FakeSession
 
 
-@pytest.fixture(autouse=True)
-def _own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGE_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("own_cache")
 
 
 # -- the probe set's format ---------------------------------------------------------------

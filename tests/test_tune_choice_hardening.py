@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 import edge_runtime as er
+from factories import seal_of
 from edge_runtime import tune
 from edge_runtime.cli import main
 from edge_runtime.cli_devices import artifact_choice
@@ -33,13 +34,7 @@ from edge_runtime.errors import DeviceError, InputError
 from fake_backend import FakeBackend, FakeSession
 
 
-@pytest.fixture(autouse=True)
-def _own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGE_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def _seal(art) -> str:
-    return json.loads((art / "manifest.json").read_text())["manifest_sha256"]
+pytestmark = pytest.mark.usefixtures("own_cache")
 
 
 def _hw(art):
@@ -107,10 +102,10 @@ def _store_decision(art, backend: str, device_options: dict | None = None, purpo
     """A tune entry for this artifact here that chose ``backend``, written as tune writes it."""
     d = {"target": "fake", "backend": backend, "device_options": dict(device_options or {}),
          "why": "measured here (test)"}
-    entry = {"artifact": str(art), "model": "m", "version": "3", "seal": _seal(art), "created": "2026-12-07T00:00:00Z",
+    entry = {"artifact": str(art), "model": "m", "version": "3", "seal": seal_of(art), "created": "2026-12-07T00:00:00Z",
              "here": {}, "static": {"target": "fake", "backend": "fake"}, "decision": {p: d for p in purposes},
              "rows": [], "rounds": 1, "probe_samples": 4, "seconds": 0.1}
-    tune.store(_seal(art), _hw(art), entry)
+    tune.store(seal_of(art), _hw(art), entry)
 
 
 # == 1. the static policy of a second tune ========================================================
@@ -236,7 +231,7 @@ def _slow_replace(monkeypatch, seconds: float = 0.0005):
 
 def test_threads_storing_one_key_never_share_a_temp_file(make_artifact, monkeypatch):
     art = make_artifact("image-classification", probe=4)
-    seal, hw = _seal(art), _hw(art)
+    seal, hw = seal_of(art), _hw(art)
     _slow_replace(monkeypatch)
     errors: list[BaseException] = []
     go = threading.Barrier(8)
@@ -262,7 +257,7 @@ def test_threads_storing_one_key_never_share_a_temp_file(make_artifact, monkeypa
 
 def test_a_store_that_fails_leaves_no_temp_file(make_artifact, monkeypatch):
     art = make_artifact("image-classification", probe=4)
-    seal, hw = _seal(art), _hw(art)
+    seal, hw = seal_of(art), _hw(art)
 
     def refuse(src, dst):
         raise OSError(28, "No space left on device")
@@ -294,7 +289,7 @@ def _slow_reads(monkeypatch, seconds: float = 0.02):
 
 def test_verifies_remembered_at_once_by_threads_keep_every_row(make_artifact, monkeypatch):
     art = make_artifact("image-classification", probe=4)
-    seal, hw = _seal(art), _hw(art)
+    seal, hw = seal_of(art), _hw(art)
     _slow_reads(monkeypatch)
     devices = [f"dev{i}:cpu" for i in range(6)]
     go = threading.Barrier(len(devices))
@@ -315,7 +310,7 @@ def test_verifies_remembered_at_once_by_threads_keep_every_row(make_artifact, mo
 def test_verifies_remembered_at_once_without_fcntl_still_keep_every_row(make_artifact, monkeypatch):
     """Where there is no fcntl (Windows) the threads of one process still serialise."""
     art = make_artifact("image-classification", probe=4)
-    seal, hw = _seal(art), _hw(art)
+    seal, hw = seal_of(art), _hw(art)
     monkeypatch.setattr(tune, "fcntl", None)
     _slow_reads(monkeypatch)
     devices = [f"dev{i}:cpu" for i in range(4)]
@@ -352,7 +347,7 @@ def test_verifies_remembered_at_once_by_processes_keep_every_row(make_artifact, 
     """Three `verify --device X` processes at once: each row is kept (the read-modify-write of the
     entry is serialised by a file lock beside it)."""
     art = make_artifact("image-classification", probe=4)
-    seal, hw = _seal(art), _hw(art)
+    seal, hw = seal_of(art), _hw(art)
     hw_file, go = tmp_path / "hw.json", tmp_path / "go"
     hw_file.write_text(json.dumps(hw))
     devices = ["tflite:cpu", "onnxruntime:cpu", "openvino:cpu"]
@@ -373,7 +368,7 @@ def test_a_lock_held_elsewhere_is_waited_for_a_bounded_time_then_a_warning(make_
     import fcntl
 
     art = make_artifact("image-classification", probe=4)
-    seal, hw = _seal(art), _hw(art)
+    seal, hw = seal_of(art), _hw(art)
     entry = tune.cache_root() / "verify" / f"{tune.cache_key(seal, hw)['digest']}.json"
     entry.parent.mkdir(parents=True, exist_ok=True)
     monkeypatch.setattr(tune, "LOCK_WAIT_S", 0.3)

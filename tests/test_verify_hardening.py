@@ -20,17 +20,11 @@ from edge_runtime.cli import main
 from edge_runtime.devices import registry
 from edge_runtime.errors import ArtifactError, InputError
 from edge_runtime.models.base import TaskOutput
-from factories import rewrite_manifest
+from factories import rewrite_manifest, seal_of
 from fake_backend import FakeBackend, FakeSession
 
 
-@pytest.fixture(autouse=True)
-def _own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGE_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def _seal(art) -> str:
-    return json.loads((art / "manifest.json").read_text())["manifest_sha256"]
+pytestmark = pytest.mark.usefixtures("own_cache")
 
 
 def _hw(art):
@@ -40,10 +34,10 @@ def _hw(art):
 
 def _store_tune(art, decision: dict, rows: list | None = None) -> None:
     """A tune entry for this artifact here, written as tune writes it."""
-    entry = {"artifact": str(art), "model": "m", "version": "3", "seal": _seal(art), "created": "2026-12-07T00:00:00Z",
+    entry = {"artifact": str(art), "model": "m", "version": "3", "seal": seal_of(art), "created": "2026-12-07T00:00:00Z",
              "here": {}, "static": {"target": "fake", "backend": "fake"}, "decision": decision,
              "rows": rows if rows is not None else [], "rounds": 1, "probe_samples": 4, "seconds": 0.1}
-    tune.store(_seal(art), _hw(art), entry)
+    tune.store(seal_of(art), _hw(art), entry)
 
 
 def _put_probe(art, inputs: bytes | None = None, reference: bytes | None = None, **section) -> None:
@@ -187,7 +181,7 @@ def test_a_malformed_tune_entry_is_a_cache_miss_with_a_warning(make_artifact, ca
     art = make_artifact("image-classification", probe=4)
     _store_tune(art, decision, rows)
     with caplog.at_level("WARNING", logger="edge_runtime"):
-        assert tune.lookup(_seal(art), _hw(art)) is None
+        assert tune.lookup(seal_of(art), _hw(art)) is None
         with er.load(art) as rt:
             assert rt.info()["decided_by"] == "policy" and rt.info()["tuned"] is None
     assert any("ignoring the cached tune entry" in r.getMessage() for r in caplog.records)
@@ -199,7 +193,7 @@ def test_a_well_formed_entry_still_hits(make_artifact):
     art = make_artifact("image-classification", probe=4)
     _store_tune(art, {"latency": _GOOD}, [{"target": "fake", "backend": "fake", "value": 1.0, "budget": 0.99,
                                           "passed": True, "latency_ms_median": 0.1, "device_options": {}}])
-    assert tune.lookup(_seal(art), _hw(art)) is not None
+    assert tune.lookup(seal_of(art), _hw(art)) is not None
     res = CliRunner().invoke(main, ["devices", "--artifact", str(art)])
     assert res.exit_code == 0 and "measured here" in res.output
 
@@ -228,15 +222,15 @@ def test_verify_records_its_verdict_per_variant_and_options(make_artifact):
     with er.load(art, hardware=hw) as rt:
         note = rt.info()["isa"]["note"]
     assert "verified here: top1_agreement 1.0 against budget 0.99: pass" in note
-    assert tune.lookup_verify(_seal(art), hw, "fake:cpu", "other-variant", {}) is None
+    assert tune.lookup_verify(seal_of(art), hw, "fake:cpu", "other-variant", {}) is None
 
 
 def test_the_verify_cli_records_its_result(make_artifact):
     art = make_artifact("image-classification", probe=4)
-    assert tune.lookup_verify(_seal(art), _hw(art), "fake:cpu", "fake", {}) is None
+    assert tune.lookup_verify(seal_of(art), _hw(art), "fake:cpu", "fake", {}) is None
     res = CliRunner().invoke(main, ["verify", str(art)])
     assert res.exit_code == 0, res.output
-    rec = tune.lookup_verify(_seal(art), _hw(art), "fake:cpu", "fake", {})
+    rec = tune.lookup_verify(seal_of(art), _hw(art), "fake:cpu", "fake", {})
     assert rec is not None and rec["passed"] is True
 
 
