@@ -89,7 +89,7 @@ def artifact_choice(path, hw: dict, device: str = "auto", strict: bool = False) 
     art = load_artifact(path)       # hashed as load() would: a corrupt artifact is no choice (exit 3)
     out = {"path": str(path), "model": art.name, "version": art.version, "targets": art.targets(),
            "device": device, "strict": strict, "chosen": None, "fallback": None, "error": None}
-    from . import tune
+    from . import tune_cache as tune
 
     rows = rank(art.variants, hw, device)
     entry = tune.lookup(art.manifest.get("manifest_sha256"), hw) if device in (None, "auto") else None

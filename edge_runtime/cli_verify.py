@@ -120,7 +120,7 @@ def _no_decision(entry: dict):
     """Why tune kept nothing: a candidate measured under budget (exit 7), or none ran (exit 4)."""
     from . import error_codes as ec
     from .errors import DeviceError, ParityError
-    from .tune import rows_text
+    from .tune_cache import rows_text
 
     text = rows_text(entry)
     if any(r.get("passed") is False and not r.get("error") for r in entry["rows"]):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from . import host
-from . import tune as tuning
+from . import tune_cache as tuning
 
 log = logging.getLogger("edge_runtime")
 _logged_isa: set[str] = set()

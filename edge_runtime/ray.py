@@ -167,7 +167,7 @@ class EdgeScorer:
                 return rt
             # the sizing hint alone kept the tuned path out (an accelerator measured fastest has no
             # threads option): the tuned path, with its own defaults, as the caller's options allow
-            from .tune import options_refused
+            from .tune_cache import options_refused
 
             if options_refused(rt.tuned["decision"]["throughput"]["backend"], device_options) is not None:
                 return rt

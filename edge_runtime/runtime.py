@@ -20,7 +20,7 @@ from edge_runtime.models import get_task
 
 from . import error_codes as ec
 from . import hardware as hw
-from . import tune as tuning
+from . import tune_cache
 from .artifact import BackgroundVerify, load_artifact, variant_files, verify_files
 from .errors import ArtifactError, DeviceError, EdgeRuntimeError, InputError
 from .limits import DEFAULT_LIMITS, Limits
@@ -67,13 +67,13 @@ class Runtime(CallPath):
         self.hardware = hardware if hardware is not None else hw.detect_cached()
         self.tuned = self._tuned(path, device, tune, tuned_for, limits, workers, isolate)
         self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target,
-                             measured=tuning.measured_choice(self.tuned, tuned_for))
+                             measured=tune_cache.measured_choice(self.tuned, tuned_for))
         self.tune_not_applied: str | None = None
         if self.choice.decided_by == "measurement" and self.tuned is not None:
             # a tune never turns a load that worked into an error: options of the caller's that the
             # measured path's backend refuses (precision=bf16 of OpenVINO, a measured tflite) keep
             # the static policy for this load, as before the tune, and info()["tuned"] says why
-            refused = tuning.options_refused(self.choice.backend_name, device_options)
+            refused = tune_cache.options_refused(self.choice.backend_name, device_options)
             if refused is not None:
                 self.tune_not_applied = self._not_applied(tuned_for, device_options, refused)
                 self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target)
@@ -184,14 +184,16 @@ class Runtime(CallPath):
 
     def _tuned(self, path, device, tune, tuned_for, limits, workers, isolate) -> dict | None:
         """The cached tune decision for ``auto`` (measured now when ``tune`` and there is none)."""
-        if tuned_for not in tuning.PURPOSES:
-            raise InputError(f"tuned_for must be one of {', '.join(tuning.PURPOSES)}, got {tuned_for!r}",
+        if tuned_for not in tune_cache.PURPOSES:
+            raise InputError(f"tuned_for must be one of {', '.join(tune_cache.PURPOSES)}, got {tuned_for!r}",
                              code=ec.INPUT_INVALID)
         if device not in (None, "auto"):
             return None
         t = time.perf_counter()
-        entry = tuning.lookup(self.artifact.manifest.get("manifest_sha256"), self.hardware)
+        entry = tune_cache.lookup(self.artifact.manifest.get("manifest_sha256"), self.hardware)
         if entry is None and tune:
+            from . import tune as tuning      # the measurement: only when one is asked for
+
             try:
                 entry = tuning.tune(path, hardware=self.hardware, load_kw={"limits": limits, "workers": workers,
                                                                             "isolate": isolate})
@@ -204,7 +206,7 @@ class Runtime(CallPath):
         self.tune_lookup_ms = (time.perf_counter() - t) * 1000
         if entry is not None and not entry.get("decision"):
             log.warning("%s: tune found no path within the parity budget here (%s); device auto keeps the static "
-                        "policy, measured as the others", self.artifact.root, tuning.rows_text(entry))
+                        "policy, measured as the others", self.artifact.root, tune_cache.rows_text(entry))
         return entry
 
     def _not_applied(self, tuned_for: str, device_options: dict | None, refused: str) -> str:
@@ -226,7 +228,7 @@ class Runtime(CallPath):
         self._metrics.reset()                   # the probe calls are not traffic
         if "pipeline" not in self.warmup_ms and row.get("first_ms") is not None:
             self.warmup_ms["pipeline"] = row["first_ms"]      # the verify's first call warmed the path
-        tuning.remember_verify(self.artifact.manifest.get("manifest_sha256"), self.hardware, row)
+        tune_cache.remember_verify(self.artifact.manifest.get("manifest_sha256"), self.hardware, row)
         self.isa = isa_note(self.artifact.manifest, self.hardware, self.device, self.variant.target,
                             dict(self.device_options))
         if row["passed"] is False:

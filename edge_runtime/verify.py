@@ -181,7 +181,7 @@ def verify_artifact(path, *, device: str = "auto", all_paths: bool = False, hard
     exit 4, rather than a fallback). With ``all_paths`` a chosen path that does not load or run
     is an error row and the other paths are still measured (``chosen_error``: the error). Each
     measured row is kept for the ISA note at later loads (``tune.remember_verify``)."""
-    from . import tune as tuning
+    from . import tune_cache as tuning
 
     kw = dict(load_kw or {})
     if device not in (None, "auto"):

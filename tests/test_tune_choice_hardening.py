@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 import edge_runtime as er
 from factories import seal_of
-from edge_runtime import tune
+from edge_runtime import tune, tune_cache
 from edge_runtime.cli import main
 from edge_runtime.cli_devices import artifact_choice
 from edge_runtime.devices import registry
@@ -226,7 +226,7 @@ def _slow_replace(monkeypatch, seconds: float = 0.0005):
         time.sleep(seconds)
         return real(src, dst)
 
-    monkeypatch.setattr(tune.os, "replace", slow)
+    monkeypatch.setattr(tune_cache.os, "replace", slow)
 
 
 def test_threads_storing_one_key_never_share_a_temp_file(make_artifact, monkeypatch):
@@ -262,7 +262,7 @@ def test_a_store_that_fails_leaves_no_temp_file(make_artifact, monkeypatch):
     def refuse(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(tune.os, "replace", refuse)
+    monkeypatch.setattr(tune_cache.os, "replace", refuse)
     with pytest.raises(OSError):
         tune.store(seal, hw, {"paths": {}}, kind="verify")
     assert not list((tune.cache_root() / "verify").glob("*.tmp"))
@@ -276,7 +276,7 @@ def _row(device: str) -> dict:
 def _slow_reads(monkeypatch, seconds: float = 0.02):
     """The verify entry's read takes a while: two unserialised read-modify-writes then overlap
     every time (each writes what it read plus its own row, and the last one wins)."""
-    real = tune.lookup
+    real = tune_cache.lookup
 
     def slow(seal, hw, kind="tune"):
         got = real(seal, hw, kind)
@@ -284,7 +284,7 @@ def _slow_reads(monkeypatch, seconds: float = 0.02):
             time.sleep(seconds)
         return got
 
-    monkeypatch.setattr(tune, "lookup", slow)
+    monkeypatch.setattr(tune_cache, "lookup", slow)
 
 
 def test_verifies_remembered_at_once_by_threads_keep_every_row(make_artifact, monkeypatch):
@@ -311,7 +311,7 @@ def test_verifies_remembered_at_once_without_fcntl_still_keep_every_row(make_art
     """Where there is no fcntl (Windows) the threads of one process still serialise."""
     art = make_artifact("image-classification", probe=4)
     seal, hw = seal_of(art), _hw(art)
-    monkeypatch.setattr(tune, "fcntl", None)
+    monkeypatch.setattr(tune_cache, "fcntl", None)
     _slow_reads(monkeypatch)
     devices = [f"dev{i}:cpu" for i in range(4)]
     threads = [threading.Thread(target=tune.remember_verify, args=(seal, hw, _row(d))) for d in devices]
@@ -324,15 +324,15 @@ def test_verifies_remembered_at_once_without_fcntl_still_keep_every_row(make_art
 
 _CHILD = """
 import json, os, sys, time
-from edge_runtime import tune
+from edge_runtime import tune, tune_cache
 hw = json.load(open(sys.argv[2]))
-real = tune.lookup
+real = tune_cache.lookup
 def slow(seal, hw, kind="tune"):
     got = real(seal, hw, kind)
     if kind == "verify":
         time.sleep(0.05)
     return got
-tune.lookup = slow
+tune_cache.lookup = slow
 deadline = time.time() + 30
 while not os.path.exists(sys.argv[3]) and time.time() < deadline:
     time.sleep(0.001)
@@ -371,7 +371,7 @@ def test_a_lock_held_elsewhere_is_waited_for_a_bounded_time_then_a_warning(make_
     seal, hw = seal_of(art), _hw(art)
     entry = tune.cache_root() / "verify" / f"{tune.cache_key(seal, hw)['digest']}.json"
     entry.parent.mkdir(parents=True, exist_ok=True)
-    monkeypatch.setattr(tune, "LOCK_WAIT_S", 0.3)
+    monkeypatch.setattr(tune_cache, "LOCK_WAIT_S", 0.3)
     with open(entry.with_suffix(".lock"), "a+b") as held:
         fcntl.flock(held.fileno(), fcntl.LOCK_EX)           # another verify holds the entry (and hangs)
         t0 = time.perf_counter()
@@ -389,7 +389,7 @@ def test_a_verify_whose_record_cannot_be_written_warns_and_passes(make_artifact,
     def full(*a, **k):
         raise OSError(30, "Read-only file system")
 
-    monkeypatch.setattr(tune, "store", full)
+    monkeypatch.setattr(tune_cache, "store", full)
     with caplog.at_level(logging.WARNING, logger="edge_runtime"):
         res = CliRunner().invoke(main, ["verify", str(art), "--json"])
     assert res.exit_code == 0, res.output
