@@ -27,7 +27,8 @@ from .limits import DEFAULT_LIMITS, Limits
 from .measured_here import isa_note, tuned_summary
 from .metrics import RuntimeMetrics
 from .records import Variant
-from .runtime_call import CallPath, has_non_finite, track  # noqa: F401 (has_non_finite: its public home was here)
+from .runtime_call import CallPath, has_non_finite  # noqa: F401 (has_non_finite: its public home was here)
+from .runtime_fork import track
 from .selection import choose, session_fallback
 from .threads_fit import fit_threads
 
