@@ -51,7 +51,7 @@ class OpenVinoConverter(Converter):
     def runtime_candidates(self) -> list[dict]:
         """Inference precisions to measure parity and speed with; the fastest
         within budget is recorded in the variant and used by the backend."""
-        from edge_runtime.devices.openvino_backend import precision_candidates
+        from edge_runtime.devices.openvino_core import precision_candidates
 
         return precision_candidates()
 

@@ -27,97 +27,20 @@ for, never at module import.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
-from edge_runtime import error_codes as ec
-from edge_runtime.errors import DeviceError
-
-from .base import (Capabilities, DeviceBackend, DeviceSession, Option, Pool, Suitability, cache_dir as _cache_dir,
-                   cache_options, check_io, threads_option, writable_dir)
+from .base import (Capabilities, DeviceBackend, DeviceSession, Option, Pool, Suitability, cache_options, check_io,
+                   threads_option, writable_dir)
+# one Core per process, the fork refusal, the cache dir and the precision choice: openvino_core
+from .openvino_core import (_DEVICES, PRECISIONS, _mark_compiling, _ov, _refuse_forked_child, cache_dir,
+                            choose_precision, core, precision_candidates)
 from .session import SessionClosed
 
 log = logging.getLogger("edge_runtime.openvino")
-_DEVICES = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU", "auto": "AUTO"}
-PRECISIONS = ("auto", "f32", "bf16", "f16")
-_core = None
-_core_lock = threading.Lock()
-
-
-# OpenVINO does not run in a child forked from a process where it compiled a model: once such a model
-# was released before the fork (a closed runtime, the sessions threads_fit drops at load), the child's
-# compile_model blocks for ever, with a new Core too (OpenVINO 2026.4 CPU plugin, raw API; a model kept
-# alive let it compile, but an inherited session's batch queue blocked). A child forked after a model
-# was compiled here is refused at load with a DeviceError, never left to hang; sessions loaded before
-# the fork are refused by the runtime (``runtime_call``).
-_compiled_in: int | None = None             # the pid that compiled a model (set at each session's load)
-_forked_after: tuple[int, int] | None = None  # in a child forked after that: (that pid, this pid)
-
-
-def _after_fork_in_child() -> None:
-    global _core_lock, _forked_after
-    _core_lock = threading.Lock()       # one another thread held at the fork is never released in the child
-    if _forked_after is not None:
-        _forked_after = (_forked_after[0], os.getpid())
-    elif _compiled_in is not None:
-        _forked_after = (_compiled_in, os.getpid())
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _mark_compiling() -> None:
-    """A child forked from now on cannot compile (``_refuse_forked_child``)."""
-    global _compiled_in
-    _compiled_in = os.getpid()
-
-
-def _refuse_forked_child() -> None:
-    if _forked_after is not None:
-        raise DeviceError(f"OpenVINO compiled models in process {_forked_after[0]}, and this process "
-                          f"({_forked_after[1]}) is a child forked from it: OpenVINO's compile_model blocks for "
-                          "ever in such a child. Start the child with multiprocessing's 'spawn' or 'forkserver' "
-                          "(or the OpenVINO work before any fork), load with isolate=True (its worker is a fresh "
-                          "process), or use another device here (device='onnxruntime')",
-                          code=ec.DEVICE_BACKEND_BROKEN, pid=_forked_after[1], compiled_in_pid=_forked_after[0])
-
-
-def _ov():
-    import openvino
-
-    return openvino
-
-
-def core():
-    global _core
-    with _core_lock:
-        if _core is None:
-            _core = _ov().Core()
-        return _core
-
-
-def cache_dir(options) -> Path | None:
-    """The compiled-model cache directory, or None when switched off."""
-    return _cache_dir(options, "openvino", "EDGE_RUNTIME_OV_CACHE")
-
-
-def choose_precision(options, why: str | None = None) -> tuple[str, str]:
-    """(precision, why). An artifact records the precision its converter
-    measured fastest within the parity budget (``variant.runtime``, its reason as
-    provenance); without one, ``auto`` is f32, the closest to the fp32 reference."""
-    want = str(options.get("precision") or "auto").lower()
-    if want not in PRECISIONS:
-        raise ValueError(f"unknown OpenVINO precision {want!r} ({', '.join(PRECISIONS)})")
-    if want != "auto":
-        return want, str(why or "requested")
-    return "f32", "no measured choice recorded: f32, the closest to the fp32 reference"
-
-
 JOBS_PER_OPTIMAL = 2             # infer_batch's queue: requests per OPTIMAL_NUMBER_OF_INFER_REQUESTS (_throughput)
 COPY_IN_MAX_BYTES = 64 * 1024    # inputs up to this size are copied into the request's own tensors
 
@@ -371,15 +294,6 @@ class OpenVinoSession(DeviceSession):
         self._pool.close()      # a call waiting for a request gets SessionClosed, never waits on
         self._compiled = None
         self._model = None
-
-
-def precision_candidates() -> list[dict]:
-    """Precisions worth measuring on this CPU (the converter picks by measurement)."""
-    try:
-        caps = set(core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
-    except Exception:
-        caps = set()
-    return [{"precision": "f32"}] + ([{"precision": "bf16"}] if "BF16" in caps else [])
 
 
 class OpenVinoBackend(DeviceBackend):
