@@ -14,7 +14,13 @@ from edge_runtime.limits import DEFAULT_LIMITS
 
 from .build_variant import Fp32Bucket, Job, Samples
 from .onnx_io import QDQ_MIN_OPSET, io_specs, static_dims, upgrade_opset
-from .request import ConvertRequest, sample_policy, task_of
+from .request import ConvertRequest, fills_preprocess, sample_policy, task_of
+
+# a detector's --preprocess keys as the family defaults' option names (models.object_detection.family_input,
+# import's); size, channels, layout and input are the source input's unless stated
+_AS_OPTION = {"resize": "resize_mode", "interpolation": "resize", "scale": "scale", "mean": "mean", "std": "std",
+              "pad": "pad", "pad_position": "pad_position", "channel_order": "channel_order"}
+_FROM_INPUT = ("size", "channels", "layout")
 
 
 def upgrade_source(req: ConvertRequest, opset: int, work: Path, progress) -> Path:
@@ -65,6 +71,71 @@ def fix_static_shapes(req: ConvertRequest, source: Path, src_inputs: list[dict],
         ins, outs = io_specs(path)
         fp32.append(Fp32Bucket(name, path, {"name": name, "file": "", "inputs": ins, "outputs": outs}))
     return fp32
+
+
+def detector_preprocess(req: ConvertRequest, inputs: list[dict], outputs: list[dict], progress) -> ConvertRequest:
+    """An object detector's pre-processing: its family's usual input, the one import and the
+    runtime take (``family_input``: Ultralytics' RGB/255 letterboxed for yolo, YOLOX's BGR 0..255,
+    NanoDet's BGR mean/std), with every key --preprocess states winning and the size, channels and
+    layout read from the static source input; the keys filled in are recorded under
+    ``defaults``. Calibration, the fp32 reference (parity, probe set) and the runtime all read
+    this one section. Another task's request comes back as it is."""
+    from dataclasses import replace
+
+    from edge_runtime.models.image_import import image_layout
+    from edge_runtime.models.object_detection import FAMILY_INPUT, family_input, guess_family
+
+    if not fills_preprocess(task_of(req)):
+        return req
+    stated = dict(req.preprocess or {})
+    if len(inputs) != 1 or image_layout([int(d) for d in inputs[0]["shape"]]) is None:
+        if "size" in stated:
+            return req          # no image input to fill it from: the task's own check names what does not fit
+        shown = ", ".join(f"{i['name']!r} {i['shape']}" for i in inputs)
+        raise InputError(f"object-detection: the source's inputs ({shown}) are not one image input to take the "
+                         "size from: state --preprocess", code=ec.CONVERT_PREPROCESS_MISSING)
+    family = (req.postprocess or {}).get("family") or guess_family(outputs)
+    if family not in FAMILY_INPUT:      # no family known: the task's check names it (state --family)
+        return replace(req, preprocess={"size": _size(inputs[0]), **stated})
+    warnings: list[str] = []
+    pre = family_input(family, inputs[0], {_AS_OPTION[k]: v for k, v in stated.items() if k in _AS_OPTION}, warnings)
+    pre.update({k: v for k, v in stated.items() if k not in _AS_OPTION})
+    keys = [k for k in _AS_OPTION if k in pre and k not in stated]
+    shape = [k for k in _FROM_INPUT if k not in stated]
+    if keys or shape:
+        pre["defaults"] = {"family": family, "keys": keys, "from_input": shape, "stated": sorted(stated)}
+    for w in warnings:
+        progress(f"warning: preprocess: {w}")
+    line = defaults_line(pre)
+    if line:
+        progress(line)
+    return replace(req, preprocess=pre)
+
+
+def _size(spec: dict) -> list[int]:
+    from edge_runtime.models.image_import import image_layout
+
+    shape = [int(d) for d in spec["shape"]]
+    return shape[1:3] if image_layout(shape) == "NHWC" else shape[2:4]
+
+
+def defaults_line(pre: dict) -> str | None:
+    """What a detector's convert filled into its pre-processing (``preprocess.defaults``), one line."""
+    d = pre.get("defaults")
+    if not isinstance(d, dict):
+        return None
+
+    def show(k):
+        v = pre.get(k)
+        return ",".join(f"{x:g}" for x in v) if isinstance(v, list) and k in ("mean", "std") else v
+
+    parts = []
+    if d.get("keys"):
+        parts.append(f"the {d.get('family')} family's usual input ({', '.join(f'{k} {show(k)}' for k in d['keys'])})")
+    if d.get("from_input"):
+        parts.append(f"the model input's {', '.join(f'{k} {show(k)}' for k in d['from_input'])}")
+    given = f"--preprocess states {', '.join(d['stated'])}" if d.get("stated") else "no --preprocess given"
+    return f"preprocess: {' and '.join(parts)} ({given})"
 
 
 def split_samples(job: Job, task_ref, progress) -> Samples:

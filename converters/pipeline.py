@@ -27,7 +27,7 @@ from edge_runtime.host import host_record
 from edge_runtime.manifest import FORMAT, FORMAT_VERSION
 
 from .build_variant import Job, build_variant
-from .convert_inputs import fix_static_shapes, record_source, split_samples, upgrade_source
+from .convert_inputs import detector_preprocess, fix_static_shapes, record_source, split_samples, upgrade_source
 from .onnx_io import io_specs, read_source
 from .parity_trials import Reference
 from .request import ConvertRequest, available_targets, check_recipe, check_request, task_of
@@ -53,6 +53,7 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
         src_inputs, src_outputs = io_specs(req.source)
         source = upgrade_source(req, source_info["opset"], work, progress)
         job.fp32 = fix_static_shapes(req, source, src_inputs, work, progress)
+        job.req = req = detector_preprocess(req, job.fp32[0].spec["inputs"], src_outputs, progress)
         pre, post = _sections(task_cls, req, job.writer, src_outputs)
         job.draft = {"preprocess": pre, "postprocess": post}
         task_ref = _reference_task(job)

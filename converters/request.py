@@ -139,7 +139,8 @@ def check_request(req: ConvertRequest) -> None:
         task.check_sample_path(req.parity_data, "--parity-data")
     if task.needs_tokenizer and not req.tokenizer:
         raise InputError(f"task {req.task} needs --tokenizer", code=ec.CONVERT_TOKENIZER_MISSING)
-    if task.needs_preprocess and not req.preprocess:
+    fills = fills_preprocess(task)
+    if task.needs_preprocess and not req.preprocess and not fills:
         raise InputError(f"{req.task} needs --preprocess ({', '.join(task.preprocess_keys)})",
                          code=ec.CONVERT_PREPROCESS_MISSING)
     if req.postprocess and not task.takes_postprocess:
@@ -161,7 +162,18 @@ def check_request(req: ConvertRequest) -> None:
     if req.torch_source is not None and not Path(req.torch_source).is_file():
         raise InputError(f"torch source {req.torch_source} does not exist", code=ec.CONVERT_SOURCE_MISSING)
     check_options(req)
-    task.check_preprocess(req.preprocess)
+    pre = req.preprocess
+    if fills and isinstance(pre, dict) and "size" not in pre:
+        pre = {**pre, "size": [1, 1]}     # the size is the source input's (filled in later): the stated keys are checked
+    task.check_preprocess(pre)
+
+
+def fills_preprocess(task) -> bool:
+    """An object detector's --preprocess is optional: its family's usual input, the one import and
+    the runtime take, fills in what it leaves out (``convert_inputs.detector_preprocess``)."""
+    from edge_runtime.models.object_detection import ObjectDetection
+
+    return isinstance(task, type) and issubclass(task, ObjectDetection)
 
 
 def check_options(req: ConvertRequest) -> None:

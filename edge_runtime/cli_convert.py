@@ -90,7 +90,8 @@ def _json_arg(value, what):
               help="A target whose toolchain is missing here (edgetpu without edgetpu_compiler): skip it and build "
                    "its fallback (tflite-int8), recorded in skipped_targets, instead of failing.")
 @click.option("--preprocess", help="Image pre-processing JSON (file or text): size, channels, scale, mean, std, "
-                                   "layout, resize, input.")
+                                   "layout, resize, input. An object detector's defaults to its family's usual "
+                                   "input (as import's), each key stated here winning.")
 @click.option("--postprocess", help="Post-processing JSON (file or text), for tasks that decode outputs: an "
                                     "object detector's family and parameters, thresholds ({\"family\": \"yolox\", "
                                     "\"score_threshold\": 0.3}).")
@@ -129,6 +130,7 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
       edge-infer convert model.onnx -o out/t --task tensors --calibration feeds.npz
           (feeds.npz: numpy.savez(F, input_name=array[N, ...]), one array per input)
     """
+    from edge_runtime.converters.convert_inputs import defaults_line
     from edge_runtime.converters.pipeline import convert as run_convert
     from edge_runtime.converters.request import ConvertRequest
     from edge_runtime.errors import ParityError
@@ -183,10 +185,15 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
                             for v in manifest["variants"]],
                "skipped_targets": manifest.get("skipped_targets", []),
                "probe": {k: manifest.get("probe", {}).get(k) for k in ("samples", "bytes", "max_bytes")},
+               **({"preprocess_defaults": manifest["preprocess"]["defaults"]}
+                  if isinstance((manifest.get("preprocess") or {}).get("defaults"), dict) else {}),
                "seconds": round(time.perf_counter() - t0, 1)}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
+        filled = defaults_line(manifest.get("preprocess") or {})
+        if filled:        # a detector's family defaults, what calibration and parity ran on
+            click.echo(filled)
         for v in summary["variants"]:
             p = v["parity"]
             extra = f", min {p['min']:.4f}" if p.get("min") is not None else ""

@@ -93,6 +93,29 @@ def resolve(inputs: list[dict], outputs: list[dict], post: dict | None) -> dict:
     return {"family": family, "params": params, "input_hw": hw, "classes": params.get("classes")}
 
 
+def family_input(family: str | None, spec: dict, options: dict, warnings: list) -> dict:
+    """The ``preprocess`` section of a ``family`` detector on the image input ``spec``: the family's
+    usual input (``FAMILY_INPUT``) under the stated ``options`` (import's: ``resize`` the
+    interpolation, ``resize_mode``, ``pad``, ``pad_position``, ``channel_order``, ``scale``/``mean``/
+    ``std``; a stated normalisation replaces the family's as a whole). Import and convert both
+    take a detector's input from here; ``normalisation_source`` says where the normalisation came
+    from (``family NAME``, ``stated``, or ``default`` for a family that states none)."""
+    resize, defaults = FAMILY_INPUT.get(family or "", ("stretch", {}))
+    if any(k in options for k in NORMALISATION_KEYS):     # a stated normalisation replaces the family's
+        defaults = {k: v for k, v in defaults.items() if k not in NORMALISATION_KEYS}
+    try:
+        pre = vision_import_preprocess(spec, {**defaults, **options}, warnings, resize=resize)
+    except InputError as exc:
+        if "scale" not in defaults or exc.code != ec.IMPORT_NORMALISATION_CLIPS:
+            raise
+        shown = ", ".join(f"{k} {defaults[k]}" for k in NORMALISATION_KEYS)
+        raise InputError(f"{exc.message} (the {family} family's usual input, {shown}, is the default "
+                         f"when no --scale/--mean/--std is stated)", code=exc.code) from None
+    if "scale" in defaults and pre.get("normalisation_source") == "stated":
+        pre["normalisation_source"] = f"family {family}"
+    return pre
+
+
 def _real(value) -> bool:
     """A real number, Python's or numpy's (``np.float32(0.5)``); never a bool (``np.bool_`` is no number)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
@@ -210,21 +233,8 @@ class ObjectDetection(VisionTask):
         if opts.get("family"):
             post["family"] = opts.pop("family")
         opts.pop("family", None)
-        spec = model["inputs"][0]
         family = post.get("family") or guess_family(model["outputs"])
-        resize, defaults = FAMILY_INPUT.get(family or "", ("stretch", {}))
-        if any(k in opts for k in NORMALISATION_KEYS):     # a stated normalisation replaces the family's
-            defaults = {k: v for k, v in defaults.items() if k not in NORMALISATION_KEYS}
-        try:
-            pre = vision_import_preprocess(spec, {**defaults, **opts}, warnings, resize=resize)
-        except InputError as exc:
-            if "scale" not in defaults or exc.code != ec.IMPORT_NORMALISATION_CLIPS:
-                raise
-            shown = ", ".join(f"{k} {defaults[k]}" for k in NORMALISATION_KEYS)
-            raise InputError(f"{exc.message} (the {family} family's usual input, {shown}, is the default "
-                             f"when no --scale/--mean/--std is stated)", code=exc.code) from None
-        if "scale" in defaults and pre.get("normalisation_source") == "stated":
-            pre["normalisation_source"] = f"family {family}"
+        pre = family_input(family, model["inputs"][0], opts, warnings)
         if "box_units" not in post and (post.get("family") or guess_family(model["outputs"])) == "yolo":
             q = (model["outputs"][0].get("quantization") or {}) if len(model["outputs"]) == 1 else {}
             if q:   # a quantized output whose range ends near 1 holds normalised boxes (Ultralytics' TFLite)
