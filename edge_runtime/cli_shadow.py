@@ -162,7 +162,9 @@ def summary_lines(d: dict) -> list[str]:
                                                if flips else "none"))
     if d["accuracy"]:
         acc = d["accuracy"]
-        out.append(f"accuracy over {acc['samples']} labelled inputs: A {_f(acc['a'])}, B {_f(acc['b'])}")
+        out.append(f"accuracy over {acc['samples']} labelled inputs (class ids): A {_f(acc['a'])}, B {_f(acc['b'])}")
+    if d.get("accuracy_note"):
+        out.append(f"accuracy: {d['accuracy_note']}")
     la, lb = d["latency_ms"]["a"], d["latency_ms"]["b"]
     out.append(f"latency per input (ms, infer()): A p50 {_f(la['p50'], 3)} p99 {_f(la['p99'], 3)} | "
                f"B p50 {_f(lb['p50'], 3)} p99 {_f(lb['p99'], 3)}  [{d['cpu']}]")
@@ -179,7 +181,9 @@ def summary_lines(d: dict) -> list[str]:
             fig = next((f"{k} {_f(cmp[k])}" for k in ("margin", "cosine", "f1", "pixel_agreement", "pck")
                         if isinstance(cmp.get(k), (int, float))), "")
             out.append(f"  [{e['index']}] {str(e['id'])[:40]}: A {side(e['a'])} | B {side(e['b'])}"
-                       + (f" | truth {e['truth']}" if e.get("truth") is not None else "") + (f" | {fig}" if fig else ""))
+                       + (f" | truth {e['truth']}" if e.get("truth") is not None else "")
+                       + (f" (#{e['truth_id']})" if e.get("truth_id") is not None else "")
+                       + (f" | {fig}" if fig else ""))
     if d.get("output") and d["output"] != "-":
         out.append(f"-> {d['output']}")
     if d.get("report"):

@@ -6,7 +6,7 @@ A and B are two artifacts, or one artifact on two devices or variants
 both, one ``infer()`` each, the side that runs first alternating per input so
 neither always meets a warm cache. Each input is one JSONL line, in input order::
 
-    {"index", "id", "line", "ok", "agree", "truth", "input",
+    {"index", "id", "line", "ok", "agree", "truth", "truth_id"?, "input",
      "a": {"ok": true, "result": {...}} | {"ok": false, "error": {...}}, "b": {...},
      "compare": {"kind", "agree", "badness", ...task figures} | null, "error"?}
 
@@ -15,7 +15,12 @@ neither always meets a warm cache. Each input is one JSONL line, in input order:
   ``agree`` null (not compared, counted as ``both_failed``);
 - ``truth``: the input's label when it has one (an image folder's ``<label>/``,
   a CSV/TSV/JSONL ``--label-field`` column, default ``label``), resolved against
-  A's labels like ``edge-infer eval`` does (a name, or an index into the labels);
+  A's labels like ``edge-infer eval`` does (a name, or an index into the labels):
+  the class's label text, and ``truth_id`` its class id (``shadow_truth``); where
+  B's labels differ from A's, ``truth_id_b`` the same class among B's (null: B's
+  labels cannot say which; -1: B has none). A label whose text the labels file
+  repeats names no one class and is refused before anything runs (``input_invalid``,
+  exit 2, as ``eval``). Classifiers only: another task has no truth;
 - ``input``: the text (first 300 characters) or the image path, for the report.
 
 Nothing lost: the output and its job record are ``score``'s (``score.prepare_output``,
@@ -29,10 +34,12 @@ input, either side's artifact, variant or device; a partial last line is cut and
 re-run. The summary is computed over the whole output, resumed lines included.
 
 The summary: agreement = agreeing inputs / compared inputs (compared: at least one
-side answered); the flip matrix (classifiers: A's label × B's label, counts); the
+side answered); the flip matrix (classifiers: A's label × B's label, counts; a
+text the labels repeat shown with its class id, ``crane#517``); the
 N worst inputs (highest ``badness``: a failure on one side, then the task's own
 figure: the lowest margin, cosine, F1...); each side's accuracy over the labelled
-inputs (a failure counts as wrong); p50/p99 of each side's ``latency_ms`` (one
+inputs, by class id, never by label text (a failure counts as wrong; B's is null, with
+``accuracy_note``, where B's labels cannot name A's class); p50/p99 of each side's ``latency_ms`` (one
 ``infer()``: raw input in, result out).
 
 This module holds the run (``shadow``: both sides, the output and its job record)
@@ -53,7 +60,7 @@ from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
 from .shadow_lines import INPUT_PREVIEW_CHARS, _dumps, shadow_line
 from .shadow_summary import FAILED_BADNESS, ShadowSummary, verdict
-from .shadow_truth import labels_of, truths
+from .shadow_truth import a_classes, check_labels, labels_of, repeated_texts, truths
 
 
 # -- running --------------------------------------------------------------------------------
@@ -79,11 +86,19 @@ def job_record(rt_a, rt_b, source: dict | None, agree_at: float | None) -> dict:
     return job
 
 
-def _existing(out: Path, summary: ShadowSummary) -> None:
+def _existing(out: Path, summary: ShadowSummary, labels) -> None:
+    """The lines already written, into ``summary``; a line written before truths were class ids
+    (a ``truth`` text, no ``truth_id``) takes its record's truth from ``labels`` (``truths``)."""
+    from .shadow_lines import truth_fields
+
     with open(out, "rb") as fh:
         for raw in fh:
             if raw.endswith(b"\n"):
-                summary.add(json.loads(raw))
+                line = json.loads(raw)
+                truth = next(labels)
+                if line.get("truth") is not None and "truth_id" not in line:
+                    line.update(truth_fields(truth))
+                summary.add(line)
 
 
 def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool = False,
@@ -100,6 +115,20 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
                          f"cannot be compared", code=ec.SHADOW_TASK_MISMATCH)
     summary = ShadowSummary(worst_n=worst_n)
     source = getattr(records, "source", None)
+    labels_a = labels_of(rt_a)
+    labelled = check_labels(source, labels_a, label_field)     # a label naming several classes: refused here
+    if labels_a is None and labelled:
+        task = getattr(rt_a.task, "name", None) or rt_a.artifact.task
+        summary.accuracy_note = (f"the input holds {labelled} labelled record{'s' if labelled > 1 else ''}, but A is "
+                                 f"a {task} artifact: accuracy is measured for classifiers only (one class per "
+                                 f"input), so none is reported")
+
+    labels_b = labels_of(rt_b)
+    summary.repeated = repeated_texts(labels_a, labels_b)
+    b_to_a = a_classes(labels_a, labels_b)          # B's labels reordered or extended: compared as A's classes
+
+    def labels():
+        return truths(source, labels_a, label_field, labels_b=labels_b)
     skip, last_id, last_line = 0, None, None
     fh: Any = None
     owned = False
@@ -111,19 +140,19 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
         last_id, last_line = counted.last_id, counted.last_line
         _start_output(out, job if skip == 0 else None)      # a -o that cannot be created: an InputError naming it
         if skip:
-            _existing(out, summary)
+            _existing(out, summary, labels())
             summary.resumed_from = skip
         fh, owned = _append_to(out), True
     elif out is not None:
         import sys
 
         fh = stream if stream is not None else sys.stdout.buffer
-    labels = truths(source, labels_of(rt_a), label_field)
+    truth_of = labels()
     t0 = last_sync = last_flush = time.perf_counter()
     seen = 0
     try:
         for record in records:
-            truth = next(labels)
+            truth = next(truth_of)
             seen = record.index + 1
             if record.index < skip:
                 if record.index == skip - 1 and (_jsonable(record.id), record.line) != (last_id, last_line):
@@ -138,7 +167,7 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
             else:
                 out_b = _infer(rt_b, record.value)
                 out_a = _infer(rt_a, record.value)
-            text, line = _dumps(shadow_line(record, out_a, out_b, truth, agree_at))
+            text, line = _dumps(shadow_line(record, out_a, out_b, truth, agree_at, b_to_a))
             summary.add(line)
             if fh is not None:
                 fh.write((text + "\n").encode("utf-8"))      # _dumps escapes lone surrogates
@@ -167,5 +196,5 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
     return summary
 
 
-__all__ = ["FAILED_BADNESS", "INPUT_PREVIEW_CHARS", "ShadowSummary", "_dumps", "job_record", "labels_of", "shadow",
-           "shadow_line", "truths", "verdict"]
+__all__ = ["FAILED_BADNESS", "INPUT_PREVIEW_CHARS", "ShadowSummary", "_dumps", "check_labels", "job_record",
+           "labels_of", "shadow", "shadow_line", "truths", "verdict"]

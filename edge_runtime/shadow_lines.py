@@ -10,6 +10,7 @@ from . import error_codes as ec
 from .errors import EdgeRuntimeError
 from .score_lines import _finite, _jsonable, _text, _utf8_safe
 from .shadow_compare import compare
+from .shadow_truth import Truth, in_a_space
 
 INPUT_PREVIEW_CHARS = 300
 
@@ -31,19 +32,32 @@ def _preview(value: Any) -> Any:
     return None
 
 
-def shadow_line(record, out_a, out_b, truth, agree_at: float | None) -> dict:
-    """One output line from the two outcomes (``InferenceResult`` or ``EdgeRuntimeError``)."""
+def truth_fields(truth) -> dict:
+    """The line's truth: ``truth`` (A's label text), ``truth_id`` (A's class id, what accuracy
+    compares) and, only where B's labels differ from A's, ``truth_id_b`` (``shadow_truth.Truth``)."""
+    if not isinstance(truth, Truth):
+        return {"truth": truth}         # None: unlabelled
+    out = {"truth": truth.text, "truth_id": truth.a}
+    if truth.b != truth.a:
+        out["truth_id_b"] = truth.b
+    return out
+
+
+def shadow_line(record, out_a, out_b, truth, agree_at: float | None, b_to_a: list[int] | None = None) -> dict:
+    """One output line from the two outcomes (``InferenceResult`` or ``EdgeRuntimeError``);
+    ``truth`` a ``shadow_truth.Truth`` or None; ``b_to_a`` A's class id of each of B's classes where
+    their labels differ (``shadow_truth.a_classes``): the comparison sees B's classes as A's."""
     side_a, full_a = _side(out_a)
     side_b, full_b = _side(out_b)
     head = {"index": record.index, "id": _jsonable(record.id), "line": getattr(record, "line", None)}
-    cmp = compare(full_a, full_b, agree_at) if full_a is not None and full_b is not None else None
+    cmp = compare(full_a, in_a_space(full_b, b_to_a), agree_at) if full_a is not None and full_b is not None else None
     if cmp is not None:
         agree: bool | None = bool(cmp["agree"])
     elif full_a is None and full_b is None:
         agree = None
     else:
         agree = False
-    line = {**head, "ok": cmp is not None, "agree": agree, "truth": truth, "input": _preview(record.value),
+    line = {**head, "ok": cmp is not None, "agree": agree, **truth_fields(truth), "input": _preview(record.value),
             "a": side_a, "b": side_b, "compare": cmp}
     if cmp is None:
         line["error"] = (side_a if not side_a["ok"] else side_b)["error"]

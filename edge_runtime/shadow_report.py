@@ -201,7 +201,9 @@ def render(summary: dict, latencies: tuple[list, list], figures: dict, meta: dic
     cards = [("agreement", f"{_fmt(agreement)}", f"{summary['agree']} of {summary['compared']} compared"),
              ("inputs", str(summary["total"]), f"{summary['both_failed']} failed on both sides")]
     if acc:
-        cards.append(("accuracy A / B", f"{acc['a']:.4f} / {acc['b']:.4f}", f"{acc['samples']} labelled inputs"))
+        cards.append(("accuracy A / B", f"{_fmt(acc['a'])} / {_fmt(acc['b'])}", f"{acc['samples']} labelled inputs"))
+    if summary.get("accuracy_note"):
+        cards.append(("accuracy", "-", summary["accuracy_note"]))
     cards.append(("latency p50 A / B", f"{_fmt(lat['a']['p50'], 3)} / {_fmt(lat['b']['p50'], 3)} ms",
                   f"p99 {_fmt(lat['a']['p99'], 3)} / {_fmt(lat['b']['p99'], 3)} ms"))
     card_html = "".join(f'<div class="card">{_e(t)}<b>{_e(v)}</b><span class="muted">{_e(s)}</span></div>'

@@ -29,6 +29,11 @@ def _pred(side: dict) -> Any:
     return side["result"].get("prediction")
 
 
+def _class_id(side: dict) -> int | None:
+    """The side's answer as accuracy compares it: its class id (a failure: None, wrong)."""
+    return side["result"].get("class_id") if side.get("ok") else None
+
+
 @dataclass
 class ShadowSummary:
     """What ``shadow`` reports, accumulated line by line (``add``), resumed lines included."""
@@ -53,6 +58,9 @@ class ShadowSummary:
     labelled: int = 0
     correct_a: int = 0
     correct_b: int = 0
+    unscored_b: int = 0             # labelled inputs whose class B's labels cannot name (B's labels differ)
+    accuracy_note: str | None = None
+    repeated: frozenset = frozenset()   # label texts a labels file repeats: the matrix names them with their id
     _worst: list = field(default_factory=list, repr=False)        # heap of (badness, -index, entry)
     side_counts: tuple = field(default=(), repr=False)            # (score.Summary of A, of B)
 
@@ -73,10 +81,15 @@ class ShadowSummary:
                 code = (side.get("error") or {}).get("code", ec.UNKNOWN)
                 errs[code] = errs.get(code, 0) + 1
         truth = line.get("truth")
-        if truth is not None:
+        truth_id = line.get("truth_id")     # class ids, never label texts: a labels file may repeat one
+        if truth_id is not None:
             self.labelled += 1
-            self.correct_a += _pred(a) == truth
-            self.correct_b += _pred(b) == truth
+            self.correct_a += _class_id(a) == truth_id
+            truth_b = line.get("truth_id_b", truth_id)
+            if truth_b is None:
+                self.unscored_b += 1
+            else:
+                self.correct_b += _class_id(b) == truth_b
         if not a.get("ok") and not b.get("ok"):
             self.both_failed += 1
             return
@@ -95,10 +108,11 @@ class ShadowSummary:
                 if isinstance(cmp.get(k), (int, float)):
                     self.figures.setdefault(k, []).append(float(cmp[k]))
             if cmp.get("kind") == "classification":
-                key = (str(_pred(a)), str(_pred(b)))
+                key = (self._name(a), self._name(b))
                 self.matrix[key] = self.matrix.get(key, 0) + 1
             badness = float(cmp.get("badness", 0.0))
         entry = {"index": line["index"], "id": line.get("id"), "input": line.get("input"), "truth": truth,
+                 "truth_id": truth_id,
                  "agree": line.get("agree"), "a": _brief(a), "b": _brief(b),
                  "compare": {k: v for k, v in (cmp or {}).items() if k not in ("badness",)}, "badness": badness}
         item = (badness, -int(line["index"]), entry)
@@ -106,6 +120,12 @@ class ShadowSummary:
             heapq.heappush(self._worst, item)
         elif self.worst_n and item[:2] > self._worst[0][:2]:
             heapq.heapreplace(self._worst, item)
+
+    def _name(self, side: dict) -> str:
+        """The side's answer in the flip matrix: its label, with ``#class_id`` where the text is repeated
+        (two cranes are two rows, and a flip between them is a flip)."""
+        pred, cid = str(_pred(side)), _class_id(side)
+        return f"{pred}#{cid}" if pred in self.repeated and cid is not None else pred
 
     @property
     def agreement(self) -> float | None:
@@ -127,14 +147,20 @@ class ShadowSummary:
                     "p5": round(float(np.percentile(v, 5)), 6)} for k, v in self.figures.items() if v}
         acc = None
         if self.labelled:
+            scored_b = not self.unscored_b
             acc = {"samples": self.labelled, "a": round(self.correct_a / self.labelled, 6),
-                   "b": round(self.correct_b / self.labelled, 6), "correct_a": self.correct_a,
-                   "correct_b": self.correct_b}
+                   "b": round(self.correct_b / self.labelled, 6) if scored_b else None, "correct_a": self.correct_a,
+                   "correct_b": self.correct_b if scored_b else None, "basis": "class ids (A's labels)"}
+        note = self.accuracy_note
+        if self.labelled and self.unscored_b:
+            note = (f"B's labels differ from A's: {self.unscored_b} of the {self.labelled} labelled inputs name a "
+                    f"class B's labels do not name once (a text either repeats, or none shared), so B's accuracy is "
+                    f"not measured")
         return {"total": self.total, "compared": self.compared, "agree": self.agree,
                 "agreement": None if self.agreement is None else round(self.agreement, 6), "kind": self.kind,
                 "agree_at": self.agree_at, "both_failed": self.both_failed, "only_a_failed": self.only_a_failed,
                 "only_b_failed": self.only_b_failed, "figures": figs, "flips": self.flips(),
-                "matrix": self.matrix_table() if self.matrix else None, "accuracy": acc,
+                "matrix": self.matrix_table() if self.matrix else None, "accuracy": acc, "accuracy_note": note,
                 "latency_ms": {"a": _latency(self.latencies_a), "b": _latency(self.latencies_b),
                                "basis": "each side's result latency_ms: one infer(), raw input in, result out"},
                 "errors": {"a": dict(sorted(self.errors_a.items())), "b": dict(sorted(self.errors_b.items()))},

@@ -1,43 +1,154 @@
-"""The truth of each input of ``edge-infer shadow``: the labels of side A, and each record's
-label (an image folder's first folder, or a CSV/JSONL label field) resolved against them."""
+"""The truth of each input of ``edge-infer shadow``: the class its label names (an image folder's
+first folder, or a CSV/JSONL label field), as a **class id** of side A's labels, and the same
+class among B's labels, resolved as ``edge-infer eval`` does (``evaluate.LabelIndex``).
+
+Never a label text: a labels file may repeat a text (ImageNet's ``crane`` at 134 and 517), and a
+repeated text names no one class. A label that is such a text is refused before anything runs
+(``check_labels``: ``evaluate.ambiguous_label``, ``input_invalid``, exit 2, the indices named), as
+``eval`` refuses it. Only classifiers have a truth (``evaluate.is_classifier``): a detector's or a
+segmenter's "prediction" is its top box's or largest region's label, not one answer per input.
+
+Where B's labels differ from A's (reordered, a class added), a class is matched by a text each
+file holds once: B's accuracy is scored against that class (``b_classes``; not at all where a
+repeated text leaves it unsaid), and B's answer is compared with A's as A's class (``a_classes``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator, NamedTuple
 
 from .errors import InputError
+from .evaluate import LabelIndex, ambiguous_label, is_classifier
+
+NO_CLASS = -1       # ``Truth.b`` where B's labels have no class of that text: B is wrong whatever it answers
+
+
+class Truth(NamedTuple):
+    """An input's truth: A's label text of the class (what the line shows), A's class id, and B's
+    class id of the same class (the same id when the labels are the same; ``NO_CLASS`` when B has
+    none of that text; None when B's labels cannot say which, so B's accuracy is not measured)."""
+
+    text: str
+    a: int
+    b: int | None
 
 
 def labels_of(rt) -> list[str] | None:
+    """The labels a truth is resolved against: a classifier's; None for any other task (no truth)."""
+    if not is_classifier(rt.task):
+        return None
     return list(getattr(rt.task, "labels", None) or []) or None
 
 
-def truths(source: dict | None, labels: list[str] | None, label_field: str = "label") -> Iterator[Any]:
-    """The label of each record of ``source`` in reader order (None where it has none); for an
-    image folder the first folder of the record's path, else the ``label_field`` column/field."""
-    from .evaluate import resolve_label
+def _same_class(src: list[str], dst: list[str]) -> list[int | None]:
+    """For each class of ``src``, the class of ``dst`` with its text, where each file holds that text
+    once; None where either repeats it; ``NO_CLASS`` where ``dst`` lacks it."""
+    s, d = LabelIndex(src), LabelIndex(dst)
+    return [None if len(s.by_text[t]) > 1 or len(d.by_text.get(t, [])) > 1
+            else d.by_text[t][0] if t in d.by_text else NO_CLASS for t in src]
+
+
+def _shared(labels_a: list[str] | None, labels_b: list[str] | None) -> bool:
+    return bool(labels_a and labels_b and set(labels_a) & set(labels_b))
+
+
+def b_classes(labels_a: list[str], labels_b: list[str] | None) -> list[int | None] | None:
+    """B's class id of each of A's classes (``_same_class``), for B's accuracy; None when the labels
+    are the same (the same ids, repeated texts included). None for every class when the two share
+    no text (another label space: nothing to match by)."""
+    if labels_b == labels_a:
+        return None
+    if not _shared(labels_a, labels_b):
+        return [None] * len(labels_a)
+    return _same_class(labels_a, labels_b or [])
+
+
+def a_classes(labels_a: list[str] | None, labels_b: list[str] | None) -> list[int] | None:
+    """A's class id of each of B's classes, so that B's answer is compared with A's as the same class
+    (labels reordered, a class added); a class of B that is no one class of A gets an id no class of
+    A has (-1 - its id). None: the ids compare as they are (the same labels, or no text shared)."""
+    if labels_b == labels_a or not _shared(labels_a, labels_b):
+        return None
+    return [-1 - i if c is None or c == NO_CLASS else c for i, c in enumerate(_same_class(labels_b or [],
+                                                                                           labels_a or []))]
+
+
+def in_a_space(result: dict, to_a: list[int] | None) -> dict:
+    """B's result dict with its class ids (``class_id``, ``top_k`` indices) as A's (``a_classes``)."""
+    if to_a is None:
+        return result
+
+    def tr(i):
+        return to_a[i] if isinstance(i, int) and 0 <= i < len(to_a) else i
+
+    out = dict(result, class_id=tr(result.get("class_id")))
+    if result.get("top_k"):
+        out["top_k"] = [dict(t, index=tr(t["index"])) for t in result["top_k"]]
+    return out
+
+
+def repeated_texts(*labels: list[str] | None) -> frozenset:
+    """The texts any of ``labels`` repeats (each names several classes there)."""
+    return frozenset(t for lab in labels if lab for t, ids in LabelIndex(lab).by_text.items() if len(ids) > 1)
+
+
+def _label_values(source: dict | None, label_field: str) -> Iterator[tuple[str | None, str, bool]]:
+    """(the raw label or None, where it is, is it a folder) of each record of ``source`` in reader
+    order; for an image folder the first folder of the record's path, else the ``label_field``
+    column/field. Ends where the labels end (no source, stdin, no label column)."""
     from .score_inputs import read_records
 
-    if source is None or not labels:     # no source, or a task without labels (embeddings...): no truth
-        while True:
-            yield None
+    if source is None:
+        return
     if source["format"] == "images":
         from .score_inputs import image_files
 
-        for rel, _ in image_files(Path(source["path"])):
+        root = Path(source["path"])
+        for rel, _ in image_files(root):
             head = rel.split("/")[0] if "/" in rel else None
-            yield None if head is None else resolve_label(head, labels)
+            yield head, f"{root}: folder {head!r}", True
         return
     if source["format"] not in ("csv", "jsonl"):
-        while True:
-            yield None
+        return
     try:
         stream = read_records(source["path"], source["format"], field=label_field)   # its values only
         for rec in stream:
             raw = rec.value if rec.error is None else None
-            yield None if raw is None else resolve_label(str(raw).strip(), labels)
+            yield (None if raw is None else str(raw).strip()), f"{source['path']} line {rec.line}", False
     except InputError:      # no label column: unlabelled
-        pass
+        return
+
+
+def _truth(raw: str, index: LabelIndex, labels: list[str], to_b, where: str, folder: bool) -> Truth | None:
+    classes = index.classes(raw)
+    if len(classes) > 1:
+        raise ambiguous_label(raw, classes, where, folder=folder)
+    if not classes:
+        return None         # no label of A's: unlabelled
+    c = classes[0]
+    return Truth(labels[c], c, c if to_b is None else to_b[c])
+
+
+def check_labels(source: dict | None, labels: list[str] | None, label_field: str = "label") -> int:
+    """The number of records whose label names a class of ``labels``; raises ``InputError``
+    (``input_invalid``) at the first label that names several (a text the labels file repeats),
+    before anything runs. ``labels`` None (no classifier): the records that carry a label at all."""
+    index = None if labels is None else LabelIndex(labels)
+    n = 0
+    for raw, where, folder in _label_values(source, label_field):
+        if raw is None:
+            continue
+        n += 1 if index is None else _truth(raw, index, labels or [], None, where, folder) is not None
+    return n
+
+
+def truths(source: dict | None, labels: list[str] | None, label_field: str = "label", *,
+           labels_b: list[str] | None = None) -> Iterator[Truth | None]:
+    """The ``Truth`` of each record of ``source`` in reader order (None where it has no label of
+    A's), then None for ever. ``labels`` None (not a classifier, no labels): no truth."""
+    if labels:
+        index, to_b = LabelIndex(labels), b_classes(labels, labels_b)
+        for raw, where, folder in _label_values(source, label_field):
+            yield None if raw is None else _truth(raw, index, labels, to_b, where, folder)
     while True:
         yield None
