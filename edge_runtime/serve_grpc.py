@@ -43,6 +43,11 @@ from .serve_types import (BYTES, DATATYPES, GRPC_STATUS, InferRequest, InferResp
 log = logging.getLogger("edge_runtime.serve.grpc")
 
 DEFAULT_MAX_MESSAGE_BYTES: Final = 2 * 1024 * 1024   # README: request <= 2 MiB (the runtime's default)
+# grpcio's own receive limit is this many times the cap: a message over the cap and within it is read
+# and refused by the handler, with our code; a bigger one grpcio refuses from its length prefix, unread
+# (no handler runs, so no code: reading every message whole first would let one call hold gigabytes)
+GRPC_READ_FACTOR: Final = 2
+GRPC_MAX_LENGTH: Final = 2 ** 31 - 1                 # grpcio's channel args are C ints
 ERROR_CODE_KEY: Final = "error-code"                # trailing metadata key carrying ServeError.code
 OPEN_METHODS: Final = frozenset({"ServerLive", "ServerReady"})   # health answers need no token
 MAX_DIMS: Final = 16
@@ -206,9 +211,10 @@ def to_message(resp: InferResponse) -> Any:
 # -- the service -------------------------------------------------------------------------------------
 
 class _Service:
-    def __init__(self, core: Any, token: str | None):
+    def __init__(self, core: Any, token: str | None, cap: int):
         self.core = core
         self._token = token.encode() if token else None
+        self._cap = cap
 
     async def _abort(self, context: Any, err: ServeError) -> None:
         import grpc
@@ -238,6 +244,12 @@ class _Service:
                     if method == "ModelInfer":
                         self._refused("", None, "unauthorized", len(raw))
                     raise ServeError("unauthorized", "missing or wrong bearer token", ec.SERVE_UNAUTHORIZED)
+                if len(raw) > self._cap:   # as HTTP's 413 for a body over --max-body-bytes: never parsed
+                    self._count("too_large")
+                    if method == "ModelInfer":
+                        self._refused("", None, "too_large", len(raw))
+                    raise ServeError("too_large", f"the message is {len(raw)} bytes, over the server's cap of "
+                                     f"{self._cap}", ec.SERVE_REQUEST_TOO_LARGE)
                 try:
                     msg = req_cls.FromString(raw)
                 except Exception as e:      # protobuf's DecodeError: the caller's bytes, not our bug
@@ -353,13 +365,14 @@ async def start_grpc(core: Any, host: str, port: int, token: str | None = None, 
     Returns the started ``grpc.aio.Server`` (stop it with ``await server.stop(grace)``);
     its bound port (``port=0`` picks a free one) is ``server.edge_port``.
     ``max_message_bytes`` caps a request message (default: the core's body cap,
-    ``core.max_body_bytes``, else 2 MiB); a bigger one is refused by grpc with
-    RESOURCE_EXHAUSTED before it is read whole.
+    ``core.max_body_bytes``, else 2 MiB); a bigger one is RESOURCE_EXHAUSTED with the code
+    ``serve_request_too_large`` (HTTP's 413), counted as a ``too_large`` rejection, up to
+    ``GRPC_READ_FACTOR`` times the cap; past that grpcio refuses it unread, without the code.
     """
     import grpc
 
     cap = int(max_message_bytes or getattr(core, "max_body_bytes", 0) or DEFAULT_MAX_MESSAGE_BYTES)
-    service = _Service(core, token)
+    service = _Service(core, token, cap)
     handlers = {
         method: grpc.unary_unary_rpc_method_handler(
             service.handler(method), request_deserializer=None,        # bytes: parsed in the handler
@@ -367,7 +380,7 @@ async def start_grpc(core: Any, host: str, port: int, token: str | None = None, 
         for method in sp.METHODS
     }
     server = grpc.aio.server(options=[
-        ("grpc.max_receive_message_length", cap),
+        ("grpc.max_receive_message_length", min(cap * GRPC_READ_FACTOR, GRPC_MAX_LENGTH)),
         ("grpc.max_send_message_length", -1),
         ("grpc.so_reuseport", 0),
     ])

@@ -9,7 +9,7 @@ model's TASK, never from the values of one result (2026-12 bug hunt, /tmp/hunt_s
    masks padded with 255 to the largest, ``mask_size`` giving each item's ``[H, W]``;
 4. every output carries the items as its first axis for one item as for many (``mask`` ``[1, H, W]``,
    ``image_size`` ``[1, 2]``), and the metadata states what answers hold (``-1`` where a size varies);
-5. a pose request naming no output gets ``result`` (the keypoints);
+5. a pose request naming no output gets ``keypoints`` FP32 ``[N, 17, 3]`` and ``image_size`` (``result`` by name);
 7. a call option the task does not take (a typo, or any option to a task that takes none) is the
    runtime's 400 / INVALID_ARGUMENT, as in-process; the protocol's own parameters are not options;
 8. a runtime 413 (``input_batch_too_large``) is in ``edge_serve_rejections_total{reason="too_large"}``.
@@ -173,8 +173,11 @@ def test_pose_answers_its_keypoints_by_default_and_image_size_is_n_by_2(served, 
         items = [images[k] for k in order]
         want = [rt.infer(x) for x in items]
         outs = _outs(_call(served, POSE, items))
-        assert list(outs) == ["result", "image_size"]
-        assert [json.loads(b)["keypoints"] for b in outs["result"].data] == [w.to_dict()["keypoints"] for w in want]
+        assert list(outs) == ["keypoints", "image_size"]
+        np.testing.assert_array_equal(np.asarray(outs["keypoints"].data), np.array(
+            [[[p["x"], p["y"], p["score"]] for p in w.keypoints] for w in want], dtype=np.float32))
+        (doc,) = _call(served, POSE, items, outputs=["result"]).outputs
+        assert [json.loads(b)["keypoints"] for b in doc.data] == [w.to_dict()["keypoints"] for w in want]
         size = outs["image_size"]
         assert size.datatype == "INT32" and size.shape == [len(items), 2]
         assert np.asarray(size.data).tolist() == [w.outputs["image_size"].tolist() for w in want]
@@ -183,7 +186,8 @@ def test_pose_answers_its_keypoints_by_default_and_image_size_is_n_by_2(served, 
 # -- 4: the metadata states what every answer holds -------------------------------------------------
 def test_metadata_comes_from_the_task_and_every_answer_fits_it(served, images):
     assert _meta(served, DETECTOR) == {"num_detections": ("INT64", [-1]), "result": ("BYTES", [-1])}
-    assert _meta(served, POSE) == {"result": ("BYTES", [-1]), "image_size": ("INT32", [-1, 2])}
+    assert _meta(served, POSE) == {"keypoints": ("FP32", [-1, 17, 3]), "image_size": ("INT32", [-1, 2]),
+                                   "result": ("BYTES", [-1])}
     assert _meta(served, SEG) == {"mask": ("UINT8", [-1, -1, -1]), "mask_size": ("INT32", [-1, 2]),
                                   "result": ("BYTES", [-1])}
     for model in (DETECTOR, POSE, SEG):
@@ -303,7 +307,7 @@ def test_over_the_wire_the_outputs_follow_the_task_and_the_metadata(server, serv
     finally:
         h.close()
     assert metas == {m: _meta(served, m) for m in metas}
-    defaults = {DETECTOR: ["num_detections", "result"], POSE: ["result", "image_size"], SEG: ["mask", "mask_size"]}
+    defaults = {DETECTOR: ["num_detections", "result"], POSE: ["keypoints", "image_size"], SEG: ["mask", "mask_size"]}
     for model, orders in ((DETECTOR, (("bus",), ("bus", "blank"), ("blank", "bus"))),
                           (POSE, (("squat",), ("squat", "bird"))), (SEG, (("bird",), ("squat", "bird")))):
         rt = _rt(served, model)
@@ -323,8 +327,8 @@ def test_over_the_wire_the_outputs_follow_the_task_and_the_metadata(server, serv
                     m = w.outputs["mask"]
                     np.testing.assert_array_equal(got["mask"][2][i, :m.shape[0], :m.shape[1]], m)
             if model == POSE:
-                assert [json.loads(b)["keypoints"] for b in got["result"][2]] == \
-                    [w.to_dict()["keypoints"] for w in want]
+                np.testing.assert_array_equal(got["keypoints"][2], np.array(
+                    [[[p["x"], p["y"], p["score"]] for p in w.keypoints] for w in want], dtype=np.float32))
     got, err = _wire(server, proto, DETECTOR, [images["bus"]], parameters={"score_treshold": 0.85})
     assert got is None and ("400" in err or "INVALID_ARGUMENT" in err) and "score_treshold" in err, err
     got, err = _wire(server, proto, SEG, [images["bird"]], parameters={"score_threshold": 0.5})
