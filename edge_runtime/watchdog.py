@@ -21,11 +21,15 @@ import time
 
 
 class CancelToken:
-    __slots__ = ("fired", "_hooks")
+    """Fired at the call's deadline; ``deadline`` is that moment on the ``time.perf_counter`` clock
+    (None: no deadline), for a session that hands it on (the isolated worker refuses a call already
+    past it)."""
+    __slots__ = ("fired", "_hooks", "deadline")
 
-    def __init__(self):
+    def __init__(self, deadline: float | None = None):
         self.fired = False
-        self._hooks = []
+        self._hooks: list = []
+        self.deadline = deadline
 
     def on_cancel(self, fn) -> None:
         self._hooks.append(fn)
@@ -65,7 +69,7 @@ class Watchdog:
         self._thread: threading.Thread | None = None
 
     def arm(self, t_end: float) -> tuple[CancelToken, list]:
-        token = CancelToken()
+        token = CancelToken(t_end)
         entry = [t_end, next(self._seq), token, True]     # [deadline, seq, token, active]
         with self._lock:
             if self._thread is None:

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = ("edge_runtime", "devices", "models", "converters")
 CODES_FILE = "edge_runtime/error_codes.py"
 # the plain word "unknown" where it is not an error code (a signal, a device, a package name)
-NOT_CODES = {("edge_runtime/isolate.py", "unknown"), ("devices/openvino_backend.py", "unknown"),
+NOT_CODES = {("edge_runtime/isolate_process.py", "unknown"), ("devices/openvino_backend.py", "unknown"),
              ("devices/tflite_backend.py", "unknown"),
              ("edge_runtime/host.py", "unknown")}   # an int8 class, not an error code
 
