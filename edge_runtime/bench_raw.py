@@ -39,9 +39,13 @@ class OvRaw:
         import openvino as ov
 
         self.core = ov.Core()
-        precision = options.get("precision", "f32")
-        self.latency = self.core.compile_model(path, "CPU", {"PERFORMANCE_HINT": "LATENCY",
-                                                             "INFERENCE_PRECISION_HINT": precision})
+        precision = str(options.get("precision") or "f32")
+        precision = "f32" if precision == "auto" else precision      # our backend's "auto" without a record
+        # the thread count ours runs with (the caller's, or threads_fit's one): all cores otherwise
+        self._config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": precision}
+        if options.get("threads"):
+            self._config["INFERENCE_NUM_THREADS"] = int(options["threads"])
+        self.latency = self.core.compile_model(path, "CPU", {**self._config, "PERFORMANCE_HINT": "LATENCY"})
         self.request = self.latency.create_infer_request()
         self._path, self._precision = path, precision
         self._tp: Any = None      # openvino.AsyncInferQueue, made on the first run_async
@@ -53,8 +57,7 @@ class OvRaw:
         import openvino as ov
 
         if self._tp is None:
-            compiled = self.core.compile_model(self._path, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT",
-                                                                   "INFERENCE_PRECISION_HINT": self._precision})
+            compiled = self.core.compile_model(self._path, "CPU", {**self._config, "PERFORMANCE_HINT": "THROUGHPUT"})
             self._tp = ov.AsyncInferQueue(compiled)
         out = [None] * len(feeds_list)
 

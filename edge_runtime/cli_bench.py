@@ -29,7 +29,7 @@ def bench_cmd(artifact, device, require_device, device_option, calls, repeats, b
       edge-infer bench out/digits-int8 --device openvino --calls 200 --no-cold --json
       edge-infer bench out/minilm --device-option threads=2 --repeats 5
     """
-    from .benchmark import run_bench
+    from .benchmark import MIN_CALLS, run_bench
     from .errors import InputError
 
     if calls < 1 or repeats < 1 or batch_size < 1 or concurrency < 1:
@@ -39,21 +39,41 @@ def bench_cmd(artifact, device, require_device, device_option, calls, repeats, b
     if as_json:
         click.echo(json.dumps(res, indent=2))
         return
-    click.echo(f"{res['model']} on {res['device']} ({res['target']}); raw: {res['raw'] or 'no raw runner'}; "
+    threads = f", {res['threads']} thread{'s' if res['threads'] != 1 else ''}" if res.get("threads") else ""
+    click.echo(f"{res['model']} on {res['device']} ({res['target']}{threads}); raw: {res['raw'] or 'no raw runner'}; "
                f"medians of {res['repeats']} rounds x {res['calls']} calls")
+    click.echo(f"CPU: {res['cpu']}")
+    if res.get("fallback"):
+        click.echo(f"note: {res['fallback']}; every figure is {res['device']}'s")
     click.echo(f"{'figure':<34}{'ours':>12}{'raw':>12}{'ours/raw':>10}")
 
     def row(name, ours, raw, ratio):
         fmt = lambda v: "-" if v is None else f"{v:.3f}"   # noqa: E731
         click.echo(f"{name:<34}{fmt(ours):>12}{fmt(raw):>12}{fmt(ratio):>10}")
 
+    few: set[str] = set()
     for bucket, e in res["warm_latency"].items():
         for p in ("p50", "p95", "p99"):
-            row(f"latency {bucket} {p} (ms)", e["ours_ms"][p], e.get("raw_ms", {}).get(p), e.get("ratio", {}).get(p))
+            mark = "*" if p in e.get("few_calls_for", ()) else ""
+            few.update(e.get("few_calls_for", ()))
+            row(f"latency {bucket} {p} (ms){mark}", e["ours_ms"][p], e.get("raw_ms", {}).get(p),
+                e.get("ratio", {}).get(p))
     t = res["throughput"]
-    row(f"throughput sync ({t['bucket']}, /s)", t["ours_sync_per_s"], t["raw_sync_per_s"], t["ratio_sync"])
-    row(f"throughput async ({t['bucket']}, /s)", t["ours_async_per_s"], t["raw_async_per_s"], t["ratio_async"])
+    row(f"throughput sync ({t['bucket']}, items/s)", t["ours_sync_per_s"], t["raw_sync_per_s"], t["ratio_sync"])
+    row(f"throughput async ({t['bucket']}, items/s)", t["ours_async_per_s"], t["raw_async_per_s"], t["ratio_async"])
     c = res.get("cold_start")
     if c and "ours_s" in c:
         row("cold start (s)", c["ours_s"], c.get("raw_s"), c.get("ratio_cold_start"))
-        row("peak RSS (MB)", c["ours_peak_rss_mb"], c.get("raw_peak_rss_mb"), c.get("ratio_peak_rss"))
+        row("peak RSS (MiB)", c["ours_peak_rss_mb"], c.get("raw_peak_rss_mb"), c.get("ratio_peak_rss"))
+        if c.get("device_differs"):
+            click.echo(f"note: {c['device_differs']}")
+    elif c and c.get("skipped"):
+        click.echo(f"cold start: skipped ({c['skipped']})")
+    if few:
+        need = ", ".join(f"{p} >= {MIN_CALLS[p]}" for p in sorted(few))
+        click.echo(f"* from {res['calls']} calls a round: too few for this percentile ({need} calls); it reads "
+                   "the slowest calls")
+    for k in ("ours_sync", "ours_async", "raw_sync", "raw_async"):
+        if t.get(f"{k}_failed"):
+            click.echo(f"note: throughput {k.replace('_', ' ')}: {t[k + '_failed']} of {t['items']} items failed "
+                       "in a round; only the items done are counted")

@@ -2,8 +2,9 @@
 
 ``draw(image, result, out_path=None) -> PIL.Image``: ``image`` is a path, bytes,
 a uint8 array or a PIL image (decoded as the tasks decode it, so result pixels
-land where the model saw them); ``result`` an :class:`InferenceResult` or its
-``to_dict()``.
+land where the model saw them: a PIL image too is turned upright by its EXIF
+orientation and has 16-bit samples scaled); ``result`` an :class:`InferenceResult`
+or its ``to_dict()``. Tag text grows with the image, as the line width does.
 
 - detections: a box per detection in its class's colour (``class_color``: a
   fixed palette indexed by ``class_id``) and a filled tag ``"person 0.92"``
@@ -13,7 +14,8 @@ land where the model saw them); ``result`` an :class:`InferenceResult` or its
   pairs (``edge_runtime.models.pose_estimation.SKELETON``, else COCO's);
 - segmentation (``outputs["mask"]``): each class blended in at ``alpha``
   (class 0, background, left as it is) and a legend of the classes present
-  with their pixel share;
+  with their pixel share; a mask of another size than the image is refused
+  (``ValueError``: it is another image's result), never stretched;
 - anything else: the prediction and its score in a tag at the top left.
 
 ``summarize(d)`` replaces a mask's pixel list in a result dict by its shape and
@@ -183,13 +185,24 @@ def _box(b, size: tuple[int, int]) -> tuple[int, int, int, int]:
 def _overlay(img, mask: np.ndarray, alpha: float):
     from PIL import Image
 
-    if mask.shape != (img.height, img.width):
-        mask = np.asarray(Image.fromarray(mask).resize(img.size, Image.Resampling.NEAREST))
+    if mask.shape != (img.height, img.width):     # the task's mask is at the image's own size
+        raise ValueError(f"the mask is {mask.shape[1]}x{mask.shape[0]} but the image {img.width}x{img.height}: "
+                         "the result is not this image's (stretching the mask would draw it misaligned)")
     colors = np.array([class_color(i) for i in range(len(PALETTE))], dtype=np.float32)
     px = np.asarray(img, dtype=np.float32).copy()
     fg = mask != 0
     px[fg] = (1 - alpha) * px[fg] + alpha * colors[mask[fg] % len(PALETTE)]
     return Image.fromarray(np.clip(np.rint(px), 0, 255).astype(np.uint8), "RGB")
+
+
+def _upright(img):
+    """A PIL image as the tasks decode an image file: EXIF orientation applied (a phone photo's
+    boxes are in upright pixels), 16-bit samples scaled to 8 bits (not clipped to white), RGB."""
+    from .models.image_decode import _orientation, to_8bit
+
+    turn = _orientation(img)
+    img = to_8bit(img).convert("RGB")
+    return img if turn is None else img.transpose(turn)
 
 
 def draw(image, result, out_path=None, *, keypoint_threshold: float = KEYPOINT_THRESHOLD, alpha: float = 0.5,
@@ -204,10 +217,12 @@ def draw(image, result, out_path=None, *, keypoint_threshold: float = KEYPOINT_T
     if out_path is not None:
         output_format(out_path)
     d, mask = _as_dict(result)
-    img = image.convert("RGB") if isinstance(image, Image.Image) else decode(image, limits or DEFAULT_LIMITS, "RGB")
+    img = _upright(image) if isinstance(image, Image.Image) else decode(image, limits or DEFAULT_LIMITS, "RGB")
     size = img.size
     lw = max(2, round(max(size) / 300))
-    font = _font(max(10, min(32, round(max(size) / 45))))
+    # the text grows with the image as the lines do: a fixed cap left a 4000-pixel photo's tags a few
+    # pixels high once the picture is seen whole
+    font = _font(max(10, round(max(size) / 45)))
     if mask is not None:
         img = _overlay(img, mask, alpha)
     dr = ImageDraw.Draw(img)
