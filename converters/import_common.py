@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -119,7 +120,8 @@ def check_request(model: Path, out: Path, *, task: str, labels, label_offset: in
     """``(task class, the options given)``, or the ``InputError`` that refuses the request.
     ``options``: every import option by key, None where not stated."""
     if not model.is_file():
-        raise InputError(f"model {model} does not exist", code=ec.IMPORT_MODEL_MISSING)
+        raise InputError(f"model {model} {'is a directory, not a model file' if model.is_dir() else 'does not exist'}",
+                         code=ec.IMPORT_MODEL_MISSING)
     if model.stat().st_size > MAX_MODEL_BYTES:
         raise InputError(f"model is over {MAX_MODEL_BYTES >> 20} MiB", code=ec.IMPORT_MODEL_TOO_LARGE)
     task_cls = importable_task(task)
@@ -205,12 +207,30 @@ def read_labels(labels, label_offset: int, facts: dict, warnings: list) -> list[
     from edge_runtime.models.base import describe_duplicates, duplicate_labels
 
     classes, spec = facts.get("classes"), facts.get("output") or {}
+    argmax = (facts.get("argmax") or {}) if classes is None else {}
     try:
-        text = Path(labels).read_text(encoding="utf-8")
+        text = Path(labels).read_text(encoding="utf-8-sig")     # a byte-order mark is no part of the first label
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read labels file {labels}: {exc}", code=ec.IMPORT_LABELS_UNREADABLE) from None
     names = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    indexed = _indexed_labels(names, Path(labels).name, warnings)
+    if indexed is not names and label_offset:
+        raise InputError(f"{Path(labels).name} gives each label its id ('ID NAME' lines), so --label-offset "
+                         f"{label_offset} would move every label off its id: drop --label-offset",
+                         code=ec.IMPORT_LABELS_MISMATCH)
+    names = indexed
     names = [f"background_{i}" if label_offset > 1 else "background" for i in range(label_offset)] + names
+    if argmax:
+        n = argmax["classes"]
+        if len(names) < n:
+            raise InputError(f"{len(names)} labels (offset {label_offset} included) for {n} classes (the ArgMax "
+                             f"that writes output {spec.get('name')!r} runs over {argmax['over']}): every class "
+                             f"after a missing one would get the next one's name; adjust --label-offset "
+                             f"(a background class missing from the file?)", code=ec.IMPORT_LABELS_MISMATCH)
+        if len(names) > n:
+            warnings.append(f"{Path(labels).name}: {len(names)} labels for {n} classes (the ArgMax over "
+                            f"{argmax['over']}): the last {len(names) - n} ({', '.join(map(repr, names[n:][:3]))}"
+                            f"{', ...' if len(names) - n > 3 else ''}) name no class")
     if classes is not None and len(names) != classes:
         where = f" (output {spec['name']!r} {spec['shape']})" if spec else ""
         raise InputError(f"{len(names)} labels (offset {label_offset} included) for {classes} classes{where}; "
@@ -219,6 +239,33 @@ def read_labels(labels, label_offset: int, facts: dict, warnings: list) -> list[
     if dup:
         warnings.append(f"{Path(labels).name}: {describe_duplicates(dup)}")
     return names
+
+
+_INDEXED_LABEL = re.compile(r"(\d+)(?:\s*:\s*|\s+)(\S.*)")
+
+
+def _indexed_labels(lines: list[str], name: str, warnings: list) -> list[str]:
+    """A labels file in the ``ID NAME`` / ``ID: NAME`` form of Coral's model zoo (``0  person``,
+    ``1  bicycle``, ..., ids skipped where the model has no class) is read by id, as pycoral's
+    ``read_label_file`` reads it: the names without their ids, at their ids, an id left out
+    named by its number. Taking the lines in order instead would shift every label after the
+    first skipped id (and keep the ids in the names). A file is read this way only when every
+    line has that form and the ids are distinct; else its lines are the labels, in order."""
+    if len(lines) < 2:
+        return lines
+    found = [_INDEXED_LABEL.fullmatch(ln) for ln in lines]
+    if not all(found):
+        return lines
+    by_id = {int(m.group(1)): m.group(2).strip() for m in found if m}
+    if len(by_id) != len(lines):
+        return lines
+    top = max(by_id)
+    missing = [i for i in range(top + 1) if i not in by_id]
+    shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+    warnings.append(f"{name}: labels in 'ID NAME' form, read by id (ids 0..{top}"
+                    + (f"; no label for {len(missing)} id(s): {shown}, named by their number" if missing else "")
+                    + ")")
+    return [by_id.get(i, str(i)) for i in range(top + 1)]
 
 
 def prepare(model, out, *, task: str, labels, label_offset: int, force: bool, options: dict, read) -> dict:
@@ -232,6 +279,9 @@ def prepare(model, out, *, task: str, labels, label_offset: int, force: bool, op
     info = read(model, warnings)
     refuse_dynamic(info)
     facts, pre, post = task_sections(task_cls, info, given, warnings)
+    out_name = (facts.get("output") or {}).get("name")
+    if facts.get("classes") is None and out_name in (info.get("argmax_classes") or {}):
+        facts = {**facts, "argmax": info["argmax_classes"][out_name]}
     names = read_labels(labels, label_offset, facts, warnings)
     return {"model": model, "out": out, "info": info, "pre": pre, "post": post, "names": names,
             "warnings": warnings}

@@ -98,7 +98,30 @@ def read_model(path: Path) -> dict:
             outputs = [_spec(d) for d in probe.get_output_details()]
         except Exception:  # noqa: BLE001 - an Edge TPU op, say: keep what the model declares
             pass
-    return {"inputs": inputs, "outputs": outputs, "ops": ops, "edgetpu": is_edgetpu_model(path)}
+    return {"inputs": inputs, "outputs": outputs, "ops": ops, "edgetpu": is_edgetpu_model(path),
+            "argmax_classes": _argmax_classes(interp)}
+
+
+def _argmax_classes(interp) -> dict:
+    """``{output name: {"classes": N, "over": "TENSOR [shape]"}}`` for each output an ARG_MAX over
+    the last axis writes (DeepLab's class map): its class count, which the output's own shape
+    does not show, so that a labels file can be checked against it. Empty where unreadable."""
+    try:
+        outs = {d["index"]: d["name"] for d in interp.get_output_details()}
+        tensors = {d["index"]: d for d in interp.get_tensor_details()}
+        found = {}
+        for op in interp._get_ops_details():
+            hit = [outs[i] for i in op["outputs"] if i in outs]
+            if op["op_name"] != "ARG_MAX" or not hit or len(op["inputs"]) < 2:
+                continue
+            src = tensors[op["inputs"][0]]
+            shape = [int(d) for d in src["shape"]]
+            axis = int(np.asarray(interp.get_tensor(op["inputs"][1])).reshape(-1)[0])
+            if shape and axis in (-1, len(shape) - 1) and shape[-1] > 1:
+                found[hit[0]] = {"classes": shape[-1], "over": f"{src['name']} {shape}"}
+        return found
+    except Exception:  # noqa: BLE001 - a model the private op listing cannot read: no hint
+        return {}
 
 
 def _edgetpu_summary(model: Path) -> dict | None:
