@@ -20,7 +20,11 @@ def _parity_text(p: dict) -> str:
              f"{p['samples']} samples" if p.get("samples") else None,
              f"budget {_r4(p['budget'])}" if p.get("budget") is not None else None]
     extra = [x for x in parts if x]
-    return f"parity {p['metric']} {_r4(value)}" + (f" ({', '.join(extra)})" if extra else "")
+    on = p.get("measured_on")   # a stand-in (Core ML's fake-quantized torch model, the Edge TPU compiler's input)
+    if isinstance(on, str) and not on.startswith("the "):
+        on = f"the {on}"
+    return (f"parity {p['metric']} {_r4(value)}" + (f" ({', '.join(extra)})" if extra else "")
+            + (f", measured on {on}; not on the target" if on else ""))
 
 
 def _tensor_text(t: dict) -> str:
@@ -38,9 +42,14 @@ def _pre_text(pre: dict) -> str:
     return ", ".join(f"{k}={fmt(v)}" for k, v in pre.items()) or "none"
 
 
-def _edgetpu_lines(rep: dict) -> list[str]:
+def _edgetpu_lines(rep: dict, target: str = "edgetpu") -> list[str]:
+    # an uncompiled model's report is a static check of what the compiler could map: as it is,
+    # this variant runs on the CPU (its target's backend), none of it on an Edge TPU
+    compiled = rep.get("edgetpu_compiled")
     lines = [f"edge tpu: {rep.get('tpu_ops', '?')} op(s) on the Edge TPU, {rep.get('cpu_ops', '?')} on the CPU"
-             + (" (compiled)" if rep.get("edgetpu_compiled") else "")]
+             + (" (compiled)" if compiled else
+                f" once compiled (static check: this {target} model is not compiled for the Edge TPU and "
+                "runs none of its ops there as it is)")]
     f = rep.get("first_unsupported")
     lines.append("first unsupported: " + (f"#{f.get('index')} {f.get('op')}: {f.get('reason')}" if f else "none"))
     split = rep.get("split") or {}
@@ -102,15 +111,19 @@ def inspect(artifact, as_json):
                        f"a:{q['activations']}; {_parity_text(v['parity'])}")
             for bucket, ins in v["inputs"].items():
                 click.echo(f"    {bucket} inputs: {', '.join(_tensor_text(t) for t in ins)}")
-            for line in _edgetpu_lines(v["edgetpu_report"]) if v.get("edgetpu_report") else ():
+            for line in _edgetpu_lines(v["edgetpu_report"], v["target"]) if v.get("edgetpu_report") else ():
                 click.echo(f"    {line}")
-        click.echo(f"  {_probe_text(d['probe'])}")
+        click.echo(f"  {_probe_text(d['probe'], imported=bool((m.get('source') or {}).get('imported')))}")
 
     emit(data, as_json, human)
 
 
-def _probe_text(probe: dict | None) -> str:
+def _probe_text(probe: dict | None, imported: bool = False) -> str:
     """The probe set in a line: its size, probes per bucket, joined ones, buckets it cannot verify."""
+    if not probe and imported:
+        return ("probe set: none (an imported model has no fp32 source to keep reference results from: "
+                "edge-infer verify cannot check it on any machine; convert its float source with "
+                "`edge-infer convert` for one)")
     if not probe:
         return "probe set: none (edge-infer verify cannot check this artifact here; re-convert it)"
     per = probe.get("buckets")

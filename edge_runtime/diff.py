@@ -59,25 +59,66 @@ class Difference:
 
 
 def side_of(path: str) -> str:
-    """Which side a manifest leaf belongs to (see the module doc)."""
-    parts = path.replace("]", "").replace("[", ".").split(".")
+    """Which side a manifest leaf belongs to (see the module doc). The names inside ``[...]`` (a
+    target, bucket, tensor or file name: ``outputs[backbone.quantization.out]``) are names, never
+    the manifest's own keys."""
+    import re
+
+    bare = re.sub(r"\[[^\]]*\]", "", path)
+    parts = bare.split(".")
     last = parts[-1]
-    if last in TIMING_KEYS or path.endswith(".runtime.why"):
-        return TIMING
     top = parts[0]
+    if _is_timing(bare, top, last):
+        return TIMING
     if path in ("model.name", "model.version", "task", "format", "format_version"):
         return IDENTITY
-    if top in ("files", "preprocess", "postprocess", "probe") or path.startswith("model."):
+    if top in ("files", "preprocess", "postprocess", "probe", "model"):
         return PREDICTION
     if top == "variants":
-        if ".quantization" in path or ".parity" in path or ".recipe_trials" in path:
+        if ".quantization" in bare or ".parity" in bare or ".recipe_trials" in bare:
             return PREDICTION
         return INFERENCE
     return INFERENCE        # limits, build (host), anything new: where and how it runs
 
 
+def _is_timing(bare: str, top: str, last: str) -> bool:
+    """A build-time measurement: ``created`` at the top, and ``seconds`` / ``device_ms*`` where the
+    builder records them (``build``, a variant's quantization, parity and trials), or a variant's
+    ``runtime.why``. The same key elsewhere (a plug-in task's ``preprocess.seconds`` of audio, a
+    limit, a recorded runtime option) is part of what runs, never a timing."""
+    if bare == "created" or (top == "build" and last in TIMING_KEYS):
+        return True
+    if top != "variants":
+        return False
+    if bare.endswith(".runtime.why"):
+        return True
+    return last in TIMING_KEYS and any(f".{s}" in bare for s in ("quantization", "parity", "recipe_trials",
+                                                                  "runtime_trials"))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: a bool is not the number 1 or 0 (Python's ``True == 1``), NaN equals NaN
+    (the same manifest twice is the same), mappings and lists compared element by element."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, (Mapping, list, tuple)) or isinstance(b, (Mapping, list, tuple)):
+        return False
+    return a is b or a == b
+
+
 def _is_keyed(items: Any, key: str) -> bool:
-    return isinstance(items, list) and all(isinstance(x, Mapping) and key in x for x in items)
+    """Items matched by ``key``: every one has it and no two share a value (duplicates would
+    hide all but the last one's differences: those lists are compared by position)."""
+    if not (isinstance(items, list) and all(isinstance(x, Mapping) and key in x for x in items)):
+        return False
+    names = [str(x[key]) for x in items]
+    return len(set(names)) == len(names)
 
 
 def _scalars(items: Any) -> bool:
@@ -108,7 +149,7 @@ def _walk(a: Any, b: Any, path: str, parent_key: str) -> Iterator[Difference]:
         for i, (x, y) in enumerate(zip(a, b)):
             yield from _walk(x, y, f"{path}[{i}]", "")
         return
-    if a is _MISSING and b is _MISSING or a == b:
+    if a is _MISSING and b is _MISSING or (a is not _MISSING and b is not _MISSING and _same(a, b)):
         return
     side = side_of(path)
     if a is _MISSING:
@@ -165,6 +206,24 @@ def _short(value: Any, width: int = 70) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+def _changed(a: Any, b: Any) -> str:
+    """``A -> B`` shortened; where both shorten to the same text (long values that differ past the
+    cut, two digests with one prefix) the texts are shown from just before their first difference."""
+    import json
+
+    sa, sb = _short(a), _short(b)
+    if sa != sb:
+        return f"{sa} -> {sb}"
+    ta, tb = (json.dumps(v, ensure_ascii=False, default=str) for v in (a, b))
+    i = next((k for k, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+    start = max(0, i - 20)
+
+    def window(t):
+        part = t[start:start + 60]
+        return ("…" if start else "") + part + ("…" if start + 60 < len(t) else "")
+    return f"{window(ta)} -> {window(tb)} (first difference at character {i})"
+
+
 def render_text(report: dict, *, timings: bool = True) -> str:
     """The human report: both heads, the verdict, then each side's differences."""
     lines = []
@@ -195,7 +254,7 @@ def render_text(report: dict, *, timings: bool = True) -> str:
                         ([f"-{len(d['removed'])} {_short(d['removed'], 50)}"] if d["removed"] else [])
                 lines.append(f"  ~ {d['path']}: {'; '.join(parts)}")
             else:
-                lines.append(f"  ~ {d['path']}: {_short(d['a'])} -> {_short(d['b'])}")
+                lines.append(f"  ~ {d['path']}: {_changed(d['a'], d['b'])}")
     return "\n".join(lines)
 
 

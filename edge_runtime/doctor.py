@@ -124,10 +124,33 @@ def _tensorrt_libraries(hw: dict) -> list[Finding]:
     if (hw.get("libraries") or {}).get("libnvinfer") or (hw.get("packages") or {}).get("tensorrt"):
         return []
     fix = "sudo apt-get install nvidia-jetpack" if hw.get("jetson") else "pip install tensorrt"
+    # where it falls back to: CUDA only when its runtime was found too, else nothing here says so
+    cuda = (hw.get("libraries") or {}).get("libcudart") and "cuda" in (ort.get("providers") or [])
+    then = ("run on CUDA (reported as a fallback)" if cuda else
+            "fall back to CUDA, whose runtime libcudart was not found in the usual library folders either: "
+            "unless your environment provides it (the nvidia-cuda-runtime pip package, LD_LIBRARY_PATH), "
+            "it runs on the CPU")
     return [Finding("warning", f"{ort['distribution']} {ort.get('version')} (TensorRT provider)",
-                    "TensorRT's libnvinfer was not found: onnxruntime will drop the TensorRT provider and run on "
-                    "CUDA (reported as a fallback)", fix,
+                    f"TensorRT's libnvinfer was not found: onnxruntime will drop the TensorRT provider and {then}",
+                    fix,
                     "https://onnxruntime.ai/docs/execution-providers/TensorRT-ExecutionProvider.html")]
+
+
+def _cuda_runtime(hw: dict) -> list[Finding]:
+    """A discrete NVIDIA GPU, an onnxruntime with the CUDA provider, no CUDA runtime found: the
+    provider fails to load and onnx-int8 runs on the CPU (the TensorRT finding says so already
+    where it applies)."""
+    ort = hw.get("onnxruntime") or {}
+    if hw.get("jetson") or not hw.get("nvidia_gpus") or "cuda" not in (ort.get("providers") or []):
+        return []
+    if (hw.get("libraries") or {}).get("libcudart") or _tensorrt_libraries(hw):
+        return []
+    return [Finding("warning", f"{ort.get('distribution')} {ort.get('version')} (CUDA provider)",
+                    "CUDA's runtime libcudart was not found in the usual library folders: unless your environment "
+                    "provides it (the nvidia-cuda-runtime pip package, LD_LIBRARY_PATH), onnxruntime cannot load "
+                    "its CUDA provider and onnx-int8 runs on the CPU (install the CUDA and cuDNN versions its "
+                    "onnxruntime-gpu release was built for)", None,
+                    "https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html#requirements")]
 
 
 def _onnxruntime_conflict(hw: dict) -> list[Finding]:
@@ -181,8 +204,8 @@ def _any_backend(hw: dict) -> list[Finding]:
 
 
 CHECKS = (_coral_runtime, _coral_pcie_driver, _coral_interpreter, _coral_usb_link, _jetson_onnxruntime,
-          _nvidia_onnxruntime, _tensorrt_libraries, _onnxruntime_conflict, _intel_openvino, _mac_coreml, _rosetta,
-          _arm_tflite, _any_backend)
+          _nvidia_onnxruntime, _tensorrt_libraries, _cuda_runtime, _onnxruntime_conflict, _intel_openvino,
+          _mac_coreml, _rosetta, _arm_tflite, _any_backend)
 
 
 def diagnose(hardware: dict) -> dict:
