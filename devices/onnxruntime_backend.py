@@ -222,11 +222,16 @@ class OnnxRuntimeBackend(DeviceBackend):
                                                 "found (no /dev/nvidia*, not a Jetson)")
             return Suitability(want, where, f"{first} requested" + (f" on {_gpu_where(hardware)}"
                                                                    if gpu and want != "cpu" else ""))
+        no_trt = ""
         for dev in ("tensorrt", "cuda"):
             if _PROVIDERS[dev][0] in available and gpu:
+                if dev == "tensorrt" and not _tensorrt_found(hardware):
+                    # onnxruntime would drop the provider at load: the plan says where it will run
+                    no_trt = "; TensorRT's libnvinfer was not found, so not TensorRT (see `edge-infer doctor`)"
+                    continue
                 order = " → ".join(_SHORT[p] for p in _PROVIDERS[dev])
                 return Suitability(dev, f"{self.name}:{dev}",
-                                   f"{_gpu_where(hardware)} with {_build_note(hardware)}: providers {order}")
+                                   f"{_gpu_where(hardware)} with {_build_note(hardware)}: providers {order}{no_trt}")
         return Suitability("cpu", f"{self.name}:cpu", "CPUExecutionProvider" + _cpu_only_note(hardware, available))
 
     def open(self, model_path, bucket, sub, options):
@@ -236,6 +241,15 @@ class OnnxRuntimeBackend(DeviceBackend):
         wanted = _PROVIDERS[want]
         providers = [p for p in wanted if p in available] or ["CPUExecutionProvider"]
         return OnnxRuntimeSession(ort, model_path, bucket, wanted, providers, device_id, options, self.name)
+
+
+def _tensorrt_found(hardware: dict) -> bool:
+    """Whether TensorRT's libraries are here (``libnvinfer`` in the usual folders or the ``tensorrt``
+    pip package); a hardware record that did not look for libraries says nothing against it."""
+    libs = hardware.get("libraries")
+    if libs is None:
+        return True
+    return bool(libs.get("libnvinfer") or (hardware.get("packages") or {}).get("tensorrt"))
 
 
 def _cpu_only_note(hardware: dict, available: list[str]) -> str:

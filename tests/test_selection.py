@@ -31,7 +31,7 @@ def only_builtin_backends(monkeypatch):
     ("coral-pcie-without-driver", "openvino", "openvino:cpu"),
     ("jetson-orin", "onnx-int8", "onnxruntime:tensorrt"),
     ("jetson-orin-cpu-onnxruntime", "tflite-int8", "tflite:cpu"),
-    ("nvidia-x86", "onnx-int8", "onnxruntime:tensorrt"),
+    ("nvidia-x86", "onnx-int8", "onnxruntime:cuda"),     # onnxruntime-gpu, no libnvinfer: TensorRT would be dropped
     ("apple-silicon", "onnx-int8", "onnxruntime:cpu"),
     ("x86", "openvino", "openvino:cpu"),
     ("x86-vnni", "onnx-int8", "onnxruntime:cpu"),                  # no openvino installed on that board
