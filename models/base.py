@@ -242,7 +242,11 @@ class Task:
         rel = self.post.get("labels")
         if not rel:
             return None
-        text = self._read_file(rel).decode("utf-8", "replace")
+        try:        # strict, as inspect reads it: a byte of another encoding was served as "z\ufffdro" before
+            text = self._read_file(rel).decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ArtifactError(f"labels file is not UTF-8 text ({exc}): save it as UTF-8", file=rel,
+                                code=ec.ARTIFACT_FILE_INVALID) from None
         labels = [line.strip() for line in text.splitlines() if line.strip()]
         if not labels:
             raise ArtifactError("labels file is empty", file=rel, code=ec.ARTIFACT_FILE_INVALID)
