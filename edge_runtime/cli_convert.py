@@ -204,7 +204,7 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
             on = manifest_parity(manifest, v["target"]).get("measured_on")
             click.echo(f"{v['target']}: buckets {', '.join(v['buckets'])}; parity {p['metric']} {p['value']:.4f}"
                        f"{extra} on {p['samples']} held-out samples (budget {p['budget']})"
-                       + (f", measured on the {on}" if on else ""))
+                       + (f", measured on {on if on.startswith('the ') else 'the ' + on}" if on else ""))
             for line in trial_lines(v.get("recipe_trials") or []):
                 click.echo(line)
         for skip in manifest.get("skipped_targets", []):
