@@ -20,11 +20,15 @@ cores whatever ``OMP_NUM_THREADS`` says (ray#28044).
 
 Rows in: ``{"index": int, "meta": str}``, ``meta`` the JSON of ``{"id", "line",
 "value", "error"}`` (``to_rows`` builds them from ``score_inputs.Record``s; a bytes
-value travels as ``{"$b64": ...}``). Rows out: ``{"index": int, "ok": bool, "text":
-str}``, ``text`` the exact JSONL line local ``edge-infer score`` writes for that input
-(``{"index", "id", "line", "ok", "result" | "error"}``). A bad row, a batch the
-runtime refuses, a bug in a batch: every row gets its own typed error line, nothing
-raises out of ``__call__``.
+value travels as its base64 text with ``"b64": true`` beside it, so an input's own
+``{"$b64": ...}`` object stays an object, refused as local score refuses it; ids and
+values with lone surrogates as JSON escapes). Rows out: ``{"index": int, "ok": bool,
+"text": str, "where": str}``, ``text`` the exact JSONL line local ``edge-infer score``
+writes for that input (``{"index", "id", "line", "ok", "result" | "error"}``), ``where``
+what answered it: ``"NODE:PID DEVICE verify=passed|none|off"`` (``verify=none``: the
+artifact has no probe set, an imported model, so it loads unverified as ``serve`` loads
+it) or ``"NODE:PID load-failed"``. A bad row, a batch the runtime refuses, a bug in a
+batch: every row gets its own typed error line, nothing raises out of ``__call__``.
 
 A node whose copy of the artifact differs never scores: when the load fails
 (a file's sha256, a missing file, a broken seal: the ``ArtifactError`` names the
@@ -52,17 +56,27 @@ __all__ = ["EdgeScorer", "to_rows", "encode_meta", "actor_cpus"]
 
 
 def _enc_value(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"$b64": base64.b64encode(bytes(value)).decode("ascii")}
-    if hasattr(value, "tolist"):            # a numpy array (a Parquet list column)
-        return value.tolist()
+    if hasattr(value, "tolist") and not isinstance(value, (bytes, bytearray, memoryview)):
+        return value.tolist()               # a numpy array (a Parquet list column)
     return value
 
 
-def _dec_value(value: Any) -> Any:
-    if isinstance(value, dict) and set(value) == {"$b64"}:
-        return base64.b64decode(value["$b64"])
+def _dec_value(meta: dict) -> Any:
+    value = meta.get("value")
+    if meta.get("b64") and isinstance(value, str):
+        return base64.b64decode(value)
     return value
+
+
+def _dumps(obj) -> str:
+    """JSON text Arrow can hold: UTF-8 as it is, a lone surrogate (an undecodable id kept by the
+    readers) as its ``\\udXXX`` escape, which ``json.loads`` gives back."""
+    text = json.dumps(obj, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj, ensure_ascii=True, default=str)
+    return text
 
 
 def encode_meta(record) -> str:
@@ -71,9 +85,11 @@ def encode_meta(record) -> str:
     if record.error is not None:
         d = record.error.to_dict()
         err = {"type": d["type"], "code": d["code"], "message": d["message"]}
-    return json.dumps({"id": record.id, "line": getattr(record, "line", None),
-                       "value": None if err else _enc_value(record.value), "error": err},
-                      ensure_ascii=False, default=str)
+    value = None if err else record.value
+    meta = {"id": record.id, "line": getattr(record, "line", None), "value": _enc_value(value), "error": err}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        meta.update(value=base64.b64encode(bytes(value)).decode("ascii"), b64=True)
+    return _dumps(meta)
 
 
 def to_rows(records) -> list[dict]:
@@ -128,6 +144,7 @@ class EdgeScorer:
         self.rt: Any = None
         self.load_error: EdgeRuntimeError | None = None
         self.threads = threads or actor_cpus()
+        self.verified = "off"
         try:
             self.rt = self._load(artifact, device=device, target=target, strict=strict,
                                  device_options=device_options, verify=verify)
@@ -150,8 +167,15 @@ class EdgeScorer:
                                                     f"{type(exc).__name__}: {exc}", code=ec.INFERENCE_FAILED)
 
     def _load(self, artifact, *, device, target, strict, device_options, verify):
+        from .artifact import load_artifact
+        from .probe import section_of
         from .runtime import load
 
+        if verify:
+            # an artifact without a probe set (an imported model) loads unverified, as serve loads it and as
+            # local score scores it: refusing every row would fail a job local score runs
+            self.verified = "passed" if section_of(load_artifact(artifact, verify=False).manifest) else "none"
+            verify = self.verified == "passed"
         opts = dict(device_options or {})
         sized = "threads" not in opts
         if sized:
@@ -184,7 +208,7 @@ class EdgeScorer:
         records = []
         for i, m in zip(indexes, metas):
             err = _Rebuilt(m["error"]) if m.get("error") else None
-            records.append(Record(i, m.get("id"), _dec_value(m.get("value")), err, m.get("line")))
+            records.append(Record(i, m.get("id"), None if err else _dec_value(m), err, m.get("line")))
         if self.load_error is not None:
             pairs = [(r, r.error or self.load_error) for r in records]
         else:
@@ -200,7 +224,14 @@ class EdgeScorer:
             line, text = _dump(record, outcome)
             texts.append(text)
             oks.append(bool(line["ok"]))
-        return {"index": indexes, "ok": oks, "text": texts}
+        return {"index": indexes, "ok": oks, "text": texts, "where": [self.where()] * len(indexes)}
+
+    def where(self) -> str:
+        """What answers this actor's rows: ``"NODE:PID DEVICE verify=passed|none|off"``, or ``"NODE:PID
+        load-failed"`` (the PID tells the actors of a node apart, and a restarted actor from the one before)."""
+        if self.rt is None:
+            return f"{self.node}:{os.getpid()} load-failed"
+        return f"{self.node}:{os.getpid()} {self.rt.device} verify={self.verified}"
 
     def __del__(self):
         rt = getattr(self, "rt", None)

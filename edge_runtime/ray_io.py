@@ -1,6 +1,7 @@
 """Parquet in and out for ``edge-infer score --engine ray`` (pyarrow, which ``ray[data]`` brings).
 
-Input: a Parquet file (or a folder of them, in name order) read a row group at a
+Input: a Parquet file (or a folder of them, in name order; Parquet files in its
+subfolders, a partitioned dataset, are refused, ``input_invalid``) read a row group at a
 time; ``Record(index, id, value, error, line)`` with ``line`` the 1-based row
 number across the files, ``id`` the ``--id-field`` column (default ``id`` when
 present, else null), the value the ``--field`` column (bytes for a binary column:
@@ -13,7 +14,9 @@ line, converts it to ``OUT`` atomically (a temporary file, then rename), a row
 group per 10,000 lines. Columns: ``index`` int64, ``id`` string (a non-string id
 as its JSON text), ``line`` int64, ``ok`` bool, ``result`` string (the result
 object as JSON: results are nested and differ by task), ``error_type``,
-``error_code``, ``error_message`` strings (null on ok rows).
+``error_code``, ``error_message`` strings (null on ok rows). A lone surrogate (an
+undecodable input byte kept in an id) is its ``\\udXXX`` escape in every string
+column, as the JSONL line spells it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -33,13 +37,22 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 
 def is_parquet(path) -> bool:
     p = Path(path)
-    if p.is_dir():
-        return any(f.suffix.lower() in PARQUET_SUFFIXES for f in p.iterdir())
+    if p.is_dir():      # a partitioned dataset holds its files in subfolders only: Parquet too (and refused)
+        return any(f.suffix.lower() in PARQUET_SUFFIXES for f in p.rglob("*"))
     return p.suffix.lower() in PARQUET_SUFFIXES
 
 
 def _files(path: Path) -> list[Path]:
+    """A file, or a folder's Parquet files in name order. A folder with Parquet files in a subfolder (a
+    partitioned dataset, ``year=2026/part-0.parquet``) is refused: its rows would be skipped (the count and
+    the fingerprint too) and the run end with exit 0 and records lost."""
     if path.is_dir():
+        nested = sorted(f for f in path.rglob("*") if f.suffix.lower() in PARQUET_SUFFIXES and f.parent != path)
+        if nested:
+            raise InputError(f"{path}: Parquet files in subfolders ({nested[0].relative_to(path)}"
+                             f"{f' and {len(nested) - 1} more' if len(nested) > 1 else ''}) are not read: a folder "
+                             f"input is its own Parquet files only; point at one folder of files, or write the "
+                             f"dataset without partitions (an image folder: --format images)", code=ec.INPUT_INVALID)
         return sorted(f for f in path.iterdir() if f.suffix.lower() in PARQUET_SUFFIXES and f.is_file())
     return [path]
 
@@ -67,9 +80,16 @@ def count_parquet(path) -> int:
 
 
 def _id(v):
+    """A cell of the id column as the record's id: a scalar as it is, a binary cell as its text (UTF-8; an
+    undecodable byte kept as a lone surrogate, as the CSV reader keeps it), a date, time or decimal as its
+    ``str``; a list or struct as its JSON text (cut at 200 characters, as the JSONL reader cuts one)."""
     if v is None or isinstance(v, (str, int, float, bool)):
         return v
-    return json.dumps(v, default=str)[:200]
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode("utf-8", "surrogateescape")
+    if isinstance(v, (list, tuple, dict)):
+        return json.dumps(v, default=str)[:200]
+    return str(v)
 
 
 def _records(path: Path, field: str, id_field: str | None) -> Iterator[Record]:
@@ -111,6 +131,17 @@ def read_parquet_records(path, *, field: str, id_field: str | None = None) -> Re
     return RecordStream(_records(path, field, id_field), source)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8(text: str | None) -> str | None:
+    """``text`` as a Parquet string can hold it (strict UTF-8): each lone surrogate (an id read with an
+    undecodable byte) as its JSON escape ``\\udXXX``, as the JSONL line writes it."""
+    if text is None or text.isascii():
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def jsonl_to_parquet(journal: Path, out: Path, rows_per_group: int = 10_000) -> int:
     """Write the JSONL ``journal`` as Parquet ``out`` (atomically); return the rows."""
     import pyarrow as pa
@@ -134,13 +165,13 @@ def jsonl_to_parquet(journal: Path, out: Path, rows_per_group: int = 10_000) -> 
             err = line.get("error") or {}
             rid = line.get("id")
             cols["index"].append(line["index"])
-            cols["id"].append(rid if rid is None or isinstance(rid, str) else json.dumps(rid))
+            cols["id"].append(_utf8(rid if rid is None or isinstance(rid, str) else json.dumps(rid)))
             cols["line"].append(line.get("line"))
             cols["ok"].append(bool(line.get("ok")))
-            cols["result"].append(json.dumps(line["result"], ensure_ascii=False) if line.get("ok") else None)
-            cols["error_type"].append(err.get("type"))
-            cols["error_code"].append(err.get("code"))
-            cols["error_message"].append(err.get("message"))
+            cols["result"].append(_utf8(json.dumps(line["result"], ensure_ascii=False)) if line.get("ok") else None)
+            cols["error_type"].append(_utf8(err.get("type")))
+            cols["error_code"].append(_utf8(err.get("code")))
+            cols["error_message"].append(_utf8(err.get("message")))
             n += 1
             if len(cols["index"]) >= rows_per_group:
                 flush(writer)

@@ -13,7 +13,12 @@ The driver (this module, in the ``edge-infer`` process):
    rest to Ray Data (``from_items``: index + the record as JSON; an image is its
    path, so images, like the artifact, live on storage every node reads);
 3. runs ``map_batches(EdgeScorer, compute=ActorPoolStrategy(size=actors),
-   num_cpus=cpus_per_actor)``, ``preserve_order`` on;
+   num_cpus=cpus_per_actor)``, ``preserve_order`` on, the actors given the driver's
+   device by name and its tune decision's options (``_actor_options``); on its own local
+   Ray an actor no node has the CPUs for is refused (``input_invalid``), not waited for.
+   ``info["ran_on"]`` counts the written lines by the actor that answered them
+   (``"NODE:PID DEVICE verify=..."``); lines from another device than the job's are a
+   summary warning;
 4. writes the lines itself, **in index order, each index once**: a line whose index
    is already written (a retried task's second answer) is dropped, one that comes
    early waits in a buffer. One write and a flush per block, fsync at most once a
@@ -83,8 +88,9 @@ class OrderedWriter:
     def __init__(self, fh, start: int, summary: Summary, *, owned: bool, progress: Progress | None = None,
                  on_progress: Callable[[int], None] | None = None):
         self.fh, self.next, self.summary, self.owned = fh, start, summary, owned
-        self.pending: dict[int, str] = {}
+        self.pending: dict[int, tuple[str, str | None]] = {}
         self.duplicates = 0
+        self.ran_on: dict[str, int] = {}      # what answered the written lines (EdgeScorer.where) -> lines
         self.progress, self.on_progress = progress, on_progress
         self.last_sync = time.perf_counter()
         self.first: tuple[float, int] | None = None     # (when, lines) of the first write: the steady rate's start
@@ -96,16 +102,18 @@ class OrderedWriter:
         dt = time.perf_counter() - self.first[0]
         return round((self.summary.scored - self.first[1]) / dt, 2) if dt > 0 else None
 
-    def add(self, indexes, texts) -> None:
+    def add(self, indexes, texts, where=None) -> None:
         out = []
-        for i, text in zip(indexes, texts):
+        for n, (i, text) in enumerate(zip(indexes, texts)):
             i = int(i)
             if i < self.next or i in self.pending:
                 self.duplicates += 1
                 continue
-            self.pending[i] = str(text)
+            self.pending[i] = (str(text), None if where is None else str(where[n]))
         while self.next in self.pending:
-            text = self.pending.pop(self.next)
+            text, by = self.pending.pop(self.next)
+            if by is not None:
+                self.ran_on[by] = self.ran_on.get(by, 0) + 1
             line = json.loads(text)
             self.summary.count(line)
             self.summary.scored += 1
@@ -238,6 +246,7 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
             job["engine"] = "ray"
         seal = rt.artifact.manifest.get("manifest_sha256")
         actor_device, target = rt.device, rt.variant["target"]
+        actor_options = _actor_options(rt, device_options)
         info = {"device": rt.device, "target": target, "engine": "ray", "actors": actors,
                 "cpus_per_actor": cpus_per_actor, "address": address or "local", "batch_size": batch_size,
                 "batch_size_why": batch_why}
@@ -273,11 +282,13 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
         if todo:
             started = not _ray_running()
             info["ray_init_s"] = round(start_ray(address, num_cpus=num_cpus), 3)
+            if not address:
+                _check_fits(cpus_per_actor)
             t0 = time.perf_counter()
             if progress is not None:
                 progress.t0 = t0          # the rate counts from Ray's start: actor start-up included
             _run(todo, writer, artifact=str(Path(artifact).resolve()), seal=seal, device=actor_device,
-                 target=target, strict=strict, device_options=device_options, deadline_ms=deadline_ms,
+                 target=target, strict=strict, device_options=actor_options, deadline_ms=deadline_ms,
                  batch_size=batch_size, actors=actors, cpus_per_actor=cpus_per_actor, verify=verify)
             info["first_rows_s"] = None if writer.first is None else round(writer.first[0] - t0, 3)
             info["steady_per_s"] = writer.steady_per_s()
@@ -292,6 +303,11 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
             ray.shutdown()
     summary.wall_s = time.perf_counter() - t0
     info["duplicates_dropped"] = writer.duplicates
+    info["ran_on"] = dict(sorted(writer.ran_on.items()))
+    other = sorted(w for w in writer.ran_on if w.split(" ")[1:2] not in ([actor_device], ["load-failed"]))
+    if other:
+        summary.warnings.append(f"lines of this run were answered by actors not on the job's device {actor_device}: "
+                                + ", ".join(f"{w} ({writer.ran_on[w]} lines)" for w in other))
     if writer.next != skip + len(todo):
         raise EdgeRuntimeError(f"Ray returned {writer.next - skip} of {len(todo)} inputs: the output stops at "
                                f"index {writer.next}; run again with --resume", code=ec.UNEXPECTED)
@@ -303,6 +319,31 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
         jsonl_to_parquet(journal, final)
         info["journal"] = str(journal)
     return summary, info
+
+
+def _actor_options(rt, device_options: dict | None) -> dict | None:
+    """The device options the actors load with: the caller's over the driver's tune decision's, when that
+    decision chose the path. The actors are given the driver's device by name (``auto`` on a node could
+    choose another), and a named device takes no tune decision, so without this they ran without the
+    measured options the job record names (a measured precision, say: other results than local score's).
+    The decision's ``threads`` stays out: an actor sizes its threads to the CPUs Ray gave it."""
+    opts = dict(device_options or {})
+    if rt.tuned is not None and rt.choice.decided_by == "measurement" and not rt.tune_not_applied:
+        tuned = dict((rt.tuned.get("decision") or {}).get("throughput", {}).get("device_options") or {})
+        opts = {**{k: v for k, v in tuned.items() if k != "threads"}, **opts}
+    return opts or None
+
+
+def _check_fits(cpus_per_actor: float) -> None:
+    """This command's own Ray cannot grow: an actor no node can hold would wait forever (Ray Data
+    waits for the CPUs without a word); refuse it, typed, before anything is scheduled."""
+    import ray
+
+    most = max((float((n.get("Resources") or {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=0.0)
+    if cpus_per_actor > most:
+        raise InputError(f"--cpus-per-actor {cpus_per_actor:g}: the local Ray has {most:g} CPUs, so no actor could "
+                         f"start (the run would wait forever); ask for at most {most:g}, or join a cluster with "
+                         f"--address", code=ec.INPUT_INVALID)
 
 
 def _run(todo, writer: OrderedWriter, *, artifact, seal, device, target, strict, device_options, deadline_ms,
@@ -326,4 +367,4 @@ def _run(todo, writer: OrderedWriter, *, artifact, seal, device, target, strict,
         compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor, batch_size=batch_size,
         batch_format="numpy")
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-        writer.add(batch["index"], batch["text"])
+        writer.add(batch["index"], batch["text"], batch.get("where"))
