@@ -164,6 +164,8 @@ def _human(data: dict, echo) -> None:
         echo(f"ray: {ray['actors']} actors x {ray['cpus_per_actor']:g} CPU on {ray['address']}; start-up "
              f"{ray['ray_init_s']:.2f} s (not in the wall time), first lines after {ray.get('first_rows_s')} s "
              f"(actor load + verify + warm-up); {ray['duplicates_dropped']} retried lines dropped")
+        if ray.get("ran_on"):       # what answered the lines, as the actors said
+            echo("ray: lines by actor: " + "; ".join(f"{w}: {n}" for w, n in ray["ran_on"].items()))
     lat = data["latency_ms"]
     if lat["p50"] is None:
         echo("batch latency: none (no input of this run succeeded)")

@@ -224,3 +224,23 @@ def test_parquet_files_in_subfolders_are_refused_not_skipped(ray_cluster, arts, 
         score_ray(arts["text"], folder, tmp_path / "out.jsonl", field="text", batch_size=4, actors=1)
     assert e.value.code == "input_invalid" and "part-1.parquet" in e.value.message
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_the_human_summary_names_what_answered_the_lines(arts, tmp_path):
+    """``ray.ran_on`` was in ``--json`` only: the printed summary now says which actor (node, pid,
+    device, verify) wrote how many lines."""
+    from click.testing import CliRunner
+
+    from edge_runtime.cli import main
+    from edge_runtime.cli_score import _human
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "text": "hello"}) + "\n")
+    res = CliRunner().invoke(main, ["score", str(arts["text"]), str(inp), "-o", str(tmp_path / "o.jsonl"), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    data["ray"] = {"actors": 2, "cpus_per_actor": 1.0, "address": "local", "ray_init_s": 1.0, "first_rows_s": 2.0,
+                   "duplicates_dropped": 0, "ran_on": {"node1:11 fake:cpu verify=passed": 1}}
+    shown: list[str] = []
+    _human(data, shown.append)
+    assert "ray: lines by actor: node1:11 fake:cpu verify=passed: 1" in shown, shown
