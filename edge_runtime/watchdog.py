@@ -114,7 +114,13 @@ class Watchdog:
                     continue
                 entry = heapq.heappop(self._heap)
                 token, entry[3], entry[2] = entry[2], False, None
-                token.fire()
+                # the hooks (a backend's cancel) run without the lock: a slow one must not hold up
+                # arm()/disarm(), i.e. every other call of the process
+                self._cv.release()
+                try:
+                    token.fire()
+                finally:
+                    self._cv.acquire()
 
 
 WATCHDOG = Watchdog()
