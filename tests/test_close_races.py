@@ -143,20 +143,26 @@ def test_a_call_waiting_for_the_pool_when_close_runs_gets_runtime_closed(request
 
 # -- the session list emptied under a call: IndexError ---------------------------------------------
 
+def _close_after(rt, step: str) -> None:
+    """Make ``rt.<step>`` (a preparation step) close the runtime once it returns: the close lands
+    between infer()'s closed check and its session lookup, every time."""
+    real = getattr(rt, step)
+
+    def then_close(*a, **kw):
+        out = real(*a, **kw)
+        rt.close()
+        return out
+
+    setattr(rt, step, then_close)
+
+
 def test_infer_racing_close_is_runtime_closed_never_index_error(image_art):
     """Finding 3, forced: close() runs after infer()'s closed check and before its session lookup
     (``_sessions`` is then ``[]``). The old code raised IndexError, untyped and uncounted."""
     img = np.full((12, 12, 3), 100, np.uint8)
     for batch in (False, True):
         rt = er.load(image_art, device="fake")
-        prepare = rt._prepare
-
-        def prepare_then_close(*a, **kw):
-            out = prepare(*a, **kw)
-            rt.close()
-            return out
-
-        rt._prepare = prepare_then_close
+        _close_after(rt, "_prepare")
         try:
             if batch:                       # infer_batch's one-by-one path: each item's own error
                 out = rt.infer_batch([img, img])
@@ -178,14 +184,7 @@ def test_batched_infer_batch_racing_close_is_runtime_closed(ov_digits_artifact):
     rt = er.load(ov_digits_artifact, device="openvino")
     try:
         assert rt._batched
-        prepare_batch = rt._prepare_batch
-
-        def prepare_then_close(*a, **kw):
-            out = prepare_batch(*a, **kw)
-            rt.close()
-            return out
-
-        rt._prepare_batch = prepare_then_close
+        _close_after(rt, "_prepare_batch")
         out = rt.infer_batch(imgs)
         assert [getattr(r, "code", None) for r in out] == ["runtime_closed"] * 3
         assert _closed_errors(rt) == 3
