@@ -24,13 +24,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from pathlib import Path
 from typing import Iterator
 
 from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
 from .score_inputs import Record, RecordStream
+from .score_lines import _utf8_safe
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
@@ -131,15 +131,10 @@ def read_parquet_records(path, *, field: str, id_field: str | None = None) -> Re
     return RecordStream(_records(path, field, id_field), source)
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _utf8(text: str | None) -> str | None:
-    """``text`` as a Parquet string can hold it (strict UTF-8): each lone surrogate (an id read with an
-    undecodable byte) as its JSON escape ``\\udXXX``, as the JSONL line writes it."""
-    if text is None or text.isascii():
-        return text
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    """``text`` as a Parquet string can hold it (strict UTF-8): each lone surrogate as its JSON escape
+    ``\\udXXX``, as the JSONL line writes it (``score_lines._utf8_safe``)."""
+    return None if text is None else _utf8_safe(text)
 
 
 def jsonl_to_parquet(journal: Path, out: Path, rows_per_group: int = 10_000) -> int:
