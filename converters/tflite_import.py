@@ -59,10 +59,27 @@ from edge_runtime.models.image_import import image_preprocess  # noqa: F401 (re-
 from .import_common import importable_task, prepare, write_artifact  # noqa: F401 (importable_task re-exported)
 
 
-def _spec(detail: dict) -> dict:
+def _spec(detail: dict, *, role: str = "input/output", file: str | None = None) -> dict:
+    """The I/O spec of an interpreter tensor detail. Its ``quantization`` tuple is ``(0.0, 0)``
+    for a tensor quantized per channel (the parameters are in ``quantization_parameters``):
+    an integer one is refused, since the runtime (de)quantizes I/O with one scale and zero point."""
     spec = {"name": detail["name"], "dtype": np.dtype(detail["dtype"]).name,
             "shape": [int(d) for d in detail["shape"]]}
     scale, zero = detail.get("quantization", (0.0, 0))
+    params = detail.get("quantization_parameters") or {}
+    scales = np.asarray(params.get("scales", ()), dtype=np.float64).reshape(-1)
+    zeros = np.asarray(params.get("zero_points", ()), dtype=np.int64).reshape(-1)
+    if len(scales) > 1 and np.dtype(detail["dtype"]).kind in "iu":
+        axis = int(params.get("quantized_dimension", 0))
+        raise ArtifactError(
+            f"{role} tensor {detail['name']!r} ({spec['dtype']} {spec['shape']}) is quantized per channel: "
+            f"{len(scales)} scales along axis {axis}; edge-infer quantizes and dequantizes model inputs and "
+            f"outputs with one scale and zero point per tensor, so it would feed or read this tensor unscaled. "
+            f"Re-export the model with per-tensor quantization on its inputs and outputs (per-channel "
+            f"weights inside the model are fine)",
+            file=file, code=ec.IMPORT_IO_PER_CHANNEL, tensor=detail["name"], axis=axis, scales=len(scales))
+    if not scale and len(scales) == 1:
+        scale, zero = scales[0], (zeros[0] if len(zeros) else 0)
     if scale:
         spec["quantization"] = {"scale": float(scale), "zero_point": int(zero)}
     sig = detail.get("shape_signature")
@@ -81,8 +98,8 @@ def read_model(path: Path) -> dict:
         raise InputError(why, code=ec.IMPORT_NO_INTERPRETER)
     try:
         interp = mod.Interpreter(model_path=str(path))
-        inputs = [_spec(d) for d in interp.get_input_details()]
-        outputs = [_spec(d) for d in interp.get_output_details()]
+        inputs = [_spec(d, role="input", file=Path(path).name) for d in interp.get_input_details()]
+        outputs = [_spec(d, role="output", file=Path(path).name) for d in interp.get_output_details()]
         ops = [d["op_name"] for d in interp._get_ops_details()]
     except ValueError as exc:
         raise ArtifactError(f"not a TFLite model the interpreter accepts: {str(exc).strip()[:300]}",
@@ -95,7 +112,7 @@ def read_model(path: Path) -> dict:
                 kw["experimental_op_resolver_type"] = mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
             probe = mod.Interpreter(model_path=str(path), **kw)
             probe.allocate_tensors()
-            outputs = [_spec(d) for d in probe.get_output_details()]
+            outputs = [_spec(d, role="output", file=Path(path).name) for d in probe.get_output_details()]
         except Exception:  # noqa: BLE001 - an Edge TPU op, say: keep what the model declares
             pass
     return {"inputs": inputs, "outputs": outputs, "ops": ops, "edgetpu": is_edgetpu_model(path),

@@ -340,6 +340,11 @@ SHADOW_AGREEMENT_BELOW: Final = _code("shadow_agreement_below", "parity",
                                       "edge-infer shadow measured the two sides agreeing on fewer inputs than "
                                       "--min-agreement.")
 
+# -- import: an I/O tensor quantized per channel (the runtime applies one scale per I/O tensor) -----
+IMPORT_IO_PER_CHANNEL: Final = _code("import_io_per_channel", "artifact",
+                                     "An input or output tensor of the TFLite model to import is quantized per "
+                                     "channel (several scales): re-export it with per-tensor I/O quantization.")
+
 
 def markdown() -> str:
     """README's table: ``| code | layer | exit | meaning |``, one row a code."""
