@@ -29,6 +29,7 @@ from edge_runtime.errors import ArtifactError, InputError
 from edge_runtime.manifest import DTYPES
 
 from .import_common import prepare, write_artifact
+from .onnx_head import head_columns
 
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
                "tensor(int8)": "int8", "tensor(uint8)": "uint8", "tensor(int16)": "int16",
@@ -271,7 +272,7 @@ def read_onnx(path: Path, warnings: list) -> dict:
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
     return {"inputs": inputs, "outputs": outputs, "ops": [n.op_type for n in model.graph.node],
-            "softmax_outputs": softmax_outputs(model.graph),
+            "softmax_outputs": softmax_outputs(model.graph), "head_columns": head_columns(model),
             "op_counts": counts, "format": "onnx", "opset": opset, "producer": producer, "quantization": quant}
 
 

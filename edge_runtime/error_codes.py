@@ -345,6 +345,12 @@ IMPORT_IO_PER_CHANNEL: Final = _code("import_io_per_channel", "artifact",
                                      "An input or output tensor of the TFLite model to import is quantized per "
                                      "channel (several scales): re-export it with per-tensor I/O quantization.")
 
+# -- import: a detector head that is another family's than --family (a YOLOX head read as yolo) -----
+IMPORT_FAMILY_MISMATCH: Final = _code("import_family_mismatch", "input",
+                                      "The detector's graph shows another family's head than --family states (a "
+                                      "YOLOX objectness column read as yolo, say): its boxes would decode as "
+                                      "garbage; the message names the family that fits.")
+
 
 def markdown() -> str:
     """README's table: ``| code | layer | exit | meaning |``, one row a code."""

@@ -26,6 +26,7 @@ from edge_runtime.errors import ArtifactError, InputError
 
 from .base import Prepared, TaskMismatch, TaskOutput, dequantize, is_number
 from .detection_decode import FAMILIES, box_iou, nms
+from .detection_head import head_mismatch
 from .vision_task import VISION_IMPORT_OPTIONS, VisionTask
 from .vision import VisionInput, vision_import_preprocess
 
@@ -242,7 +243,14 @@ class ObjectDetection(VisionTask):
                 post["box_units"] = "normalized" if top < 2.0 else "pixels"
                 warnings.append(f"yolo box_units {post['box_units']!r}, read from the output quantization "
                                 f"(values up to {top:.3g}); state --postprocess '{{\"box_units\": ...}}' if wrong")
-        return pre, cls.sections_for(model["inputs"], model["outputs"], post)
+        sections = cls.sections_for(model["inputs"], model["outputs"], post)
+        params = {k: v for k, v in sections.items() if k != "family"}
+        why = head_mismatch(sections["family"], params, (model.get("head_columns") or {}).get(params.get("output")))
+        if why:
+            named = (f"--family {sections['family']}" if post.get("family")
+                     else f"family {sections['family']} (guessed from the output shape)")
+            raise InputError(f"{named}: {why}", code=ec.IMPORT_FAMILY_MISMATCH)
+        return pre, sections
 
     def __init__(self, manifest, read_file, buckets):
         super().__init__(manifest, read_file, buckets)

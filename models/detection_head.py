@@ -1,0 +1,76 @@
+"""Whether a detector's graph shows the head its family decodes (checked at ``import``).
+
+``converters.onnx_head`` reads, from an ONNX graph, which branch writes each column
+of the output; :func:`head_mismatch` compares that with the family the import
+resolved. The shapes alone cannot tell the heads apart: YOLOX's ``[1, N, 85]`` (raw
+box offsets, an objectness column, 80 classes) read as ``yolo`` gives 81 "classes"
+and garbage boxes; a YOLOv8 head (boxes decoded in the graph) read as ``yolox`` is
+decoded twice.
+"""
+
+from __future__ import annotations
+
+
+def _head_evidence(segments: list) -> dict | None:
+    """What a head's column segments (``converters.onnx_head``: ``[[width, kind], ...]``) show:
+    ``boxes`` raw/decoded (the branch that writes columns 0..3, its own), ``objectness`` True
+    (column 4 its own one-column branch, classes after it), False (one branch for every column
+    after the boxes) or None (cannot tell). None where the boxes are not a branch of their own."""
+    edges, at = [], 0
+    for w, _ in segments:
+        at += int(w)
+        edges.append(at)
+    if 4 not in edges or edges[-1] <= 5:
+        return None
+    k = edges.index(4) + 1
+    kinds = {kind for _, kind in segments[:k]}
+    boxes = "raw" if kinds == {"raw"} else "decoded" if kinds == {"decoded"} else None
+    rest = segments[k:]
+    objectness = (True if len(rest) > 1 and int(rest[0][0]) == 1 and rest[0][1] in ("sigmoid", "raw")
+                  else False if len(rest) == 1 else None)
+    return {"boxes": boxes, "objectness": objectness, "width": edges[-1]}
+
+
+def head_mismatch(family: str, params: dict, columns: dict | None) -> str | None:
+    """Why the graph's head is not ``family``'s (its resolved ``params``), or None where it fits or
+    the graph shows nothing. ``columns``: the decoded output's segments per axis (``{axis: segments}``).
+    The shapes cannot tell these apart: a YOLOX ``[1, N, 85]`` (raw box offsets, an objectness
+    column, 80 classes) read as ``yolo`` gives 81 "classes" and garbage boxes; a YOLOv8-style head
+    (boxes decoded in the graph, no objectness) read as ``yolox`` is decoded twice."""
+    if family not in ("yolo", "yolox") or not columns:
+        return None
+    axis = 1 if family == "yolo" and params.get("layout") == "channels_first" else 2
+    ev = _head_evidence(columns.get(axis) or [])
+    if ev is None:
+        return None
+    width, out = ev["width"], params.get("output")
+    where = f"output {out!r}: the graph writes"
+    if family == "yolo":
+        if ev["boxes"] == "raw" and ev["objectness"]:
+            return (f"{where} raw box offsets (a Conv, not decoded in the graph), then an objectness column "
+                    f"of its own, then class scores: this looks like a YOLOX head (objectness column / "
+                    f"{width} = 5 + {width - 5}); the yolo decoder would read the offsets as boxes"
+                    f"{'' if params.get('objectness') else f' and the objectness as a class ({width - 4} classes)'}"
+                    f": use --family yolox")
+        if ev["boxes"] == "raw":
+            return (f"{where} raw box outputs (a Conv, not decoded in the graph); the yolo decoder reads "
+                    f"decoded cx, cy, w, h: export the model with its box decoding, or use the family whose "
+                    f"decoder this is (--family yolox for a YOLOX head)")
+        if ev["objectness"] and not params.get("objectness"):
+            return (f"{where} decoded boxes, then an objectness column of its own, then class scores "
+                    f"({width} = 5 + {width - 5}); the yolo decoder would read the objectness as a class "
+                    f"({width - 4} classes): state --postprocess '{{\"objectness\": true}}'")
+        if ev["objectness"] is False and params.get("objectness"):
+            return (f"{where} boxes, then one branch of {width - 4} class scores: no objectness column "
+                    f"(postprocess objectness true would read the first class as one): drop objectness")
+        return None
+    if ev["boxes"] == "decoded":
+        fix = ("--family yolo --postprocess '{\"objectness\": true}'" if ev["objectness"] else "--family yolo")
+        return (f"{where} boxes decoded already (the yolox decoder would decode them again)"
+                + (", then class scores with no objectness column: this looks like a YOLOv8 head "
+                   f"({width} = 4 + {width - 4})" if ev["objectness"] is False else "")
+                + f": use {fix}")
+    if ev["objectness"] is False:
+        return (f"{where} boxes, then one branch of {width - 4} class scores: no objectness column, "
+                f"{width} = 4 + {width - 4} (yolox would read the first class as one): not a YOLOX head")
+    return None
