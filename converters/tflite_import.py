@@ -115,7 +115,7 @@ def read_model(path: Path) -> dict:
             outputs = [_spec(d, role="output", file=Path(path).name) for d in probe.get_output_details()]
         except Exception:  # noqa: BLE001 - an Edge TPU op, say: keep what the model declares
             pass
-    return {"inputs": inputs, "outputs": outputs, "ops": ops, "edgetpu": is_edgetpu_model(path),
+    return {"inputs": inputs, "outputs": outputs, "ops": ops, "format": "tflite", "edgetpu": is_edgetpu_model(path),
             "argmax_classes": _argmax_classes(interp)}
 
 

@@ -92,6 +92,19 @@ def _cells(strides, input_hw) -> list[int]:
     return [int(np.ceil(h / s)) * int(np.ceil(w / s)) for s in strides]
 
 
+def _yolo_layout(s: list[int], input_hw, objectness: bool) -> str:
+    """Which axis of a ``[1, a, b]`` yolo output holds the anchors: the one whose length is the
+    anchor count of the input (one per cell over strides 8/16/32, three for v5-style anchors).
+    Only where neither or both are does the shorter axis count as the box values and classes
+    (``[1, 4+C, N]``, Ultralytics'): a 601-class head at 160x160, ``[1, 605, 525]``, read
+    channels last had 521 "classes" and lost every box."""
+    cells = sum(_cells((8, 16, 32), input_hw))
+    anchors = {cells, 3 * cells}
+    if (s[2] in anchors) != (s[1] in anchors):
+        return "channels_first" if s[2] in anchors else "channels_last"
+    return "channels_first" if s[1] < s[2] or (s[1] == s[2] and not objectness) else "channels_last"
+
+
 @_family
 class Yolo(Family):
     name = "yolo"
@@ -105,7 +118,7 @@ class Yolo(Family):
         if len(s) != 3 or s[0] != 1:
             raise TaskMismatch(f"yolo: output {spec['name']!r} has shape {s}; it needs [1, {extra}+C, N] or "
                                f"[1, N, {extra}+C]")
-        layout = post.get("layout") or ("channels_first" if s[1] < s[2] else "channels_last")
+        layout = post.get("layout") or _yolo_layout(s, input_hw, obj)
         width = s[1] if layout == "channels_first" else s[2]
         if layout not in ("channels_first", "channels_last") or width <= extra:
             raise TaskMismatch(f"yolo: output {spec['name']!r} has shape {s}: no room for {extra} box values and "
@@ -276,7 +289,19 @@ class SsdPostprocess(Family):
                 shown = _show(outputs)
                 raise TaskMismatch(f"ssd-postprocess needs the 4 outputs of TFLite_Detection_PostProcess (boxes "
                                    f"[1, K, 4], classes [1, K], scores [1, K], count [1]); the outputs are {shown}")
-            picked = {"boxes": boxes[0], "classes": rows[0], "scores": rows[1], "count": count[0]}
+            # classes and scores have one shape: their place tells them apart (pycoral's get_objects). The
+            # op's own order (TF1 exports, Coral's) ends with the count; TF2 exports (EfficientDet-Lite,
+            # Model Maker) list their signature's order: scores, boxes, count, classes
+            order = ["boxes" if o is boxes[0] else "count" if o is count[0] else "row" for o in outputs]
+            if order == ["boxes", "row", "row", "count"]:
+                classes, scores = rows
+            elif order == ["row", "boxes", "count", "row"]:
+                scores, classes = rows
+            else:
+                raise TaskMismatch(f"ssd-postprocess: cannot tell the classes output from the scores output in "
+                                   f"this order ({_show(outputs)}): name them in postprocess 'outputs' "
+                                   f"({{\"boxes\": ..., \"classes\": ..., \"scores\": ..., \"count\": ...}})")
+            picked = {"boxes": boxes[0], "classes": classes, "scores": scores, "count": count[0]}
         k = _shape(picked["boxes"])[1] if len(_shape(picked["boxes"])) == 3 else 0
         for key in ("classes", "scores"):
             if _shape(picked[key]) != [1, k]:

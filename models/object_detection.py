@@ -243,6 +243,14 @@ class ObjectDetection(VisionTask):
                 post["box_units"] = "normalized" if top < 2.0 else "pixels"
                 warnings.append(f"yolo box_units {post['box_units']!r}, read from the output quantization "
                                 f"(values up to {top:.3g}); state --postprocess '{{\"box_units\": ...}}' if wrong")
+            elif model.get("format") == "tflite" and len(model["outputs"]) == 1:
+                # a float TFLite: Ultralytics' TFLite exports hold
+                # normalised boxes whatever their dtype (its AutoBackend scales every TFLite output by the
+                # input size); read as pixels, a float32 export's boxes all fell in the top-left pixel
+                post["box_units"] = "normalized"
+                warnings.append("yolo box_units 'normalized', as Ultralytics' TFLite exports hold them (a float "
+                                "output shows no range); state --postprocess '{\"box_units\": \"pixels\"}' for a "
+                                "TFLite converted with its boxes in pixels")
         sections = cls.sections_for(model["inputs"], model["outputs"], post)
         params = {k: v for k, v in sections.items() if k != "family"}
         why = head_mismatch(sections["family"], params, (model.get("head_columns") or {}).get(params.get("output")))

@@ -3,9 +3,11 @@
 The model has one image input and one output: an integer class map
 ``[1, H, W]`` / ``[H, W]`` / ``[1, H, W, 1]`` (DeepLab's int64 ``ArgMax``) or
 class scores ``[1, H, W, C]`` (logits or probabilities, maybe quantized:
-the argmax over C). The map, at its own resolution, is sampled back to the
-ORIGINAL image (nearest; the letterbox padding dropped, a stretch undone)
-through the input's :class:`~.vision.Geometry`.
+the argmax over C), or channels first, ``[1, C, H, W]`` / ``[1, 1, H, W]``
+(PyTorch exports; :func:`channels_first` tells which from the input). The
+map, at its own resolution, is sampled back to the ORIGINAL image (nearest;
+the letterbox padding dropped, a stretch undone) through the input's
+:class:`~.vision.Geometry`.
 
 ``finish`` gives ``outputs["mask"]`` (uint8 H x W class ids at the original
 size), ``scores`` ``{label: share of pixels}`` for the classes present,
@@ -35,11 +37,36 @@ from .vision import Geometry, VisionInput, vision_import_preprocess
 MAX_CLASSES = 256            # the mask is uint8
 
 
-def segmentation_output(outputs: list[dict], name: str | None = None) -> tuple[dict, int | None]:
+def channels_first(shape: list[int], inputs: list[dict] | None) -> bool:
+    """Whether a 4-D output ``[1, a, b, c]`` holds its classes on axis 1 (``[1, C, H, W]``, PyTorch
+    exports) rather than last (``[1, H, W, C]``, TFLite's). The reading whose map has the image
+    input's aspect ratio wins; where both or neither do, the input's own layout decides. (Read
+    last, a ``[1, 21, 64, 64]`` had 64 "classes" and a mask of column indices.)"""
+    from .image_import import image_layout
+
+    s = [int(d) for d in shape]
+    ins = [int(d) for d in (inputs[0].get("shape") or [])] if inputs and len(inputs) == 1 else []
+    layout = image_layout(ins)
+    if len(s) != 4 or s[0] != 1 or layout is None:
+        return False
+    ih, iw = (ins[2], ins[3]) if layout == "NCHW" else (ins[1], ins[2])
+
+    def fits(h: int, w: int) -> bool:
+        return min(h, w) > 1 and abs(h * iw - w * ih) <= 0.1 * w * ih
+
+    last, first = fits(s[1], s[2]), fits(s[2], s[3])
+    return first if first != last else layout == "NCHW"
+
+
+def segmentation_output(outputs: list[dict], name: str | None = None,
+                        inputs: list[dict] | None = None) -> tuple[dict, int | None]:
     """``(spec, C)`` of the class-map (C None: not known from the shape) or class-score output,
-    or :class:`TaskMismatch`."""
+    or :class:`TaskMismatch`; a channels-first output (:func:`channels_first` on the ``inputs``)
+    is read as its channels-last twin."""
     spec = pick_output(outputs, name, "a semantic-segmentation model has one output")
     s = [int(d) for d in spec.get("shape", [])]
+    if channels_first(s, inputs):
+        s = [s[0], s[2], s[3], s[1]]
     hw = s[-2:] if len(s) == 2 or len(s) == 3 and s[0] == 1 else s[1:3] if len(s) == 4 and s[0] == 1 else []
     if np.dtype(spec["dtype"]).kind in "iu" and (len(s) < 4 or s[3] == 1) and hw and min(hw) > 1:
         return spec, None          # an integer class map (quantized or not: ids have no scale)
@@ -50,9 +77,13 @@ def segmentation_output(outputs: list[dict], name: str | None = None) -> tuple[d
                        "[1, H, W, C]")
 
 
-def class_map(arr: np.ndarray, classes: int | None) -> np.ndarray:
-    """The H x W class ids of the model's output (argmax over C for class scores)."""
+def class_map(arr: np.ndarray, classes: int | None, first: bool = False) -> np.ndarray:
+    """The H x W class ids of the model's output (argmax over C for class scores; ``first``: C
+    is axis 1, ``[1, C, H, W]``)."""
     a = np.asarray(arr)
+    if first:
+        a = a.reshape(a.shape[-3:])
+        return np.argmax(a, axis=0) if classes is not None else a[0]
     if classes is not None:
         return np.argmax(a.reshape(a.shape[-3:]), axis=-1)       # monotonic: no dequantize needed
     return a.reshape(a.shape[-3:-1] if a.ndim == 4 else a.shape[-2:])
@@ -89,11 +120,12 @@ class SemanticSegmentation(VisionTask):
         """One image input and one class-map or class-score output (:func:`segmentation_output`);
         ``classes`` only where the shape says it (import then checks the labels against it)."""
         check_image_input(inputs, cls.name)
-        spec, n = segmentation_output(outputs, (post or {}).get("output"))
+        spec, n = segmentation_output(outputs, (post or {}).get("output"), inputs)
         if n is not None and n > MAX_CLASSES:
             raise TaskMismatch(f"output {spec['name']!r} {spec['shape']} has {n} classes; masks hold at most "
                                f"{MAX_CLASSES}")
-        return {"output": spec, "classes": n} if n is not None else {"output": spec}
+        first = {"channels_first": True} if channels_first(spec.get("shape") or [], inputs) else {}
+        return {"output": spec, "classes": n, **first} if n is not None else {"output": spec, **first}
 
     @classmethod
     def import_sections(cls, model, options, warnings):
@@ -115,6 +147,7 @@ class SemanticSegmentation(VisionTask):
         spec = facts["output"]
         self.output: str = spec["name"]
         self.classes: int | None = facts.get("classes")
+        self.channels_first = bool(facts.get("channels_first"))
         labels = self.read_labels()
         if labels is not None and self.classes is not None and len(labels) != self.classes:
             raise ArtifactError(f"{len(labels)} labels for {self.classes} classes (output {self.output!r} "
@@ -136,7 +169,7 @@ class SemanticSegmentation(VisionTask):
 
     def finish(self, outputs, prepared) -> TaskOutput:
         geo = (prepared.meta or {})["geometry"]
-        cmap = class_map(outputs[self.output], self.classes)
+        cmap = class_map(outputs[self.output], self.classes, self.channels_first)
         limit = len(self.labels) if self.labels is not None else MAX_CLASSES
         lo, hi = (int(cmap.min()), int(cmap.max())) if cmap.size else (0, 0)
         if lo < 0 or hi >= limit:
