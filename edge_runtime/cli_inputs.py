@@ -53,12 +53,16 @@ def _read_text(source: str, lim: Limits) -> str:
     cap = lim.max_request_bytes
     try:
         if source == "-":
-            data = sys.stdin.buffer.read(cap + 1)
+            stream = getattr(sys.stdin, "buffer", None)     # None: the process has no stdin (``<&-``)
+            if stream is None:
+                raise OSError("stdin is closed")
+            data = stream.read(cap + 1)
         else:
             with open(source, "rb") as fh:
                 data = fh.read(cap + 1)
-    except OSError as exc:
-        raise InputError(f"cannot read {name}: {exc.strerror or exc}", code=ec.INPUT_FILE_UNREADABLE) from None
+    except (OSError, ValueError) as exc:        # ValueError: a closed stream
+        raise InputError(f"cannot read {name}: {getattr(exc, 'strerror', None) or exc}",
+                         code=ec.INPUT_FILE_UNREADABLE) from None
     if len(data) > cap:
         raise InputError(f"text from {name} is over the request limit of {cap} bytes", code=ec.INPUT_TOO_LARGE,
                          limit=cap)

@@ -109,6 +109,13 @@ class TextTask(Task):
             out.append(sample)
         return out
 
+    def request_bytes(self, raw) -> int:
+        """The text's size, also when it comes as ``{"text": ...}`` (``text_of`` takes that form:
+        it was counted 0 bytes, so the request limit let any size through)."""
+        if isinstance(raw, dict) and set(raw) == {"text"}:
+            raw = raw["text"]
+        return super().request_bytes(raw)
+
     def text_of(self, raw, limits) -> str:
         if isinstance(raw, dict) and set(raw) == {"text"}:
             raw = raw["text"]

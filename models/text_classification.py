@@ -19,14 +19,15 @@ class TextClassification(TextTask):
 
     @classmethod
     def build_sections(cls, request, writer, outputs):
-        post = {"output": outputs[0]["name"], "softmax": True}
+        name = outputs[0]["name"]      # a graph ending in Softmax gives probabilities: not softmaxed again
+        post = {"output": name, "softmax": name not in _softmax_outputs(getattr(request, "source", None))}
         return cls.text_preprocess(request, writer), cls.labels_section(request, writer, post)
 
     def __init__(self, manifest, read_file, buckets):
         super().__init__(manifest, read_file, buckets)
         self.output = self.post.get("output", "logits")
         labels = self.read_labels()
-        n = self.output_spec(self.output)["shape"][-1]
+        n = _class_count(self.output_spec(self.output))
         self.labels: list[str] = [str(i) for i in range(n)] if labels is None else labels
         if len(self.labels) != n:
             raise ArtifactError(f"{len(self.labels)} labels for {n} model outputs", file=self.post.get("labels"),
@@ -40,3 +41,32 @@ class TextClassification(TextTask):
         logits = dequantize(outputs[self.output], spec).reshape(-1)
         label, class_id, scores, top = classify(logits, self.labels, self.top_k, self.keys, self.apply_softmax)
         return TaskOutput(prediction=label, scores=scores, class_id=class_id, top_k=top)
+
+
+def _class_count(spec: dict) -> int:
+    """The class count of a ``[1, C]`` (or ``[C]``) score output, C >= 2. A single logit (a
+    regression or sigmoid head: softmax over one value is 1.0 for every input, label 0 always)
+    or a per-token output (``[1, seq, C]``) is not a text classifier's: refused (convert reads
+    this too, so such a model fails its convert instead of answering one label for everything)."""
+    shape = list(spec.get("shape") or [])
+    big = [d for d in shape if isinstance(d, int) and d != 1]       # a named (dynamic) dim is the batch's
+    if len(big) == 1 and big[0] >= 2 and (len(shape) == 1 or shape[0] == 1 or not isinstance(shape[0], int)):
+        return big[0]
+    raise ArtifactError(f"output {spec.get('name')!r} has shape {shape}: a text classifier has one [1, C] score "
+                        f"output with C >= 2 classes (a single logit is a regression or sigmoid head, a "
+                        f"[1, seq, C] output a per-token one: use --task tensors)", file="manifest.json",
+                        code=ec.ARTIFACT_TASK_MISMATCH)
+
+
+def _softmax_outputs(source) -> list[str]:
+    """The source ONNX graph's outputs that a ``Softmax`` writes (``onnx_import.softmax_outputs``,
+    what import reads): a classifier exported with its softmax outputs probabilities, which a second
+    softmax would flatten (0.986 became 0.725). External data files are not read; none if it cannot be read."""
+    try:
+        import onnx
+
+        from edge_runtime.converters.onnx_import import softmax_outputs
+
+        return softmax_outputs(onnx.load(str(source), load_external_data=False).graph)
+    except Exception:
+        return []
