@@ -194,3 +194,18 @@ def _scores_by_class(out: TaskOutput) -> dict:
     if out.top_k:
         return {t["index"]: t["score"] for t in out.top_k}
     return dict(out.scores)
+
+
+def source_softmax_outputs(source) -> list[str]:
+    """The source ONNX graph's outputs that a ``Softmax`` writes (``onnx_import.softmax_outputs``,
+    what import reads), read by the classifiers' convert: a model exported with its softmax outputs
+    probabilities, which a second softmax would flatten (0.986 became 0.725). External data files
+    are not read; none if the source cannot be read (not ONNX, say)."""
+    try:
+        import onnx
+
+        from edge_runtime.converters.onnx_import import softmax_outputs
+
+        return softmax_outputs(onnx.load(str(source), load_external_data=False).graph)
+    except Exception:
+        return []

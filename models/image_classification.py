@@ -19,7 +19,7 @@ from edge_runtime.limits import IMAGE_LIMITS
 
 from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, classify,
                    preprocess_error, score_keys)
-from .classification import classify_values, code_table
+from .classification import classify_values, code_table, source_softmax_outputs
 from .image import _RESAMPLE, TensorPlan, _pixels, check_image_preprocess, input_plan, load_image_samples
 from .image_decode import _pil, bmp_bytes, decode_pixels, image_size
 
@@ -127,7 +127,9 @@ class ImageClassification(Task):
 
     @classmethod
     def build_sections(cls, request, writer, outputs):
-        post = {"output": outputs[0]["name"], "softmax": True, "top_k": 5}
+        name = outputs[0]["name"]      # a graph ending in Softmax gives probabilities: not softmaxed again
+        post = {"output": name, "softmax": name not in source_softmax_outputs(getattr(request, "source", None)),
+                "top_k": 5}
         return {"kind": "image", **request.preprocess}, cls.labels_section(request, writer, post)
 
     @classmethod

@@ -6,6 +6,7 @@ from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError
 
 from .base import TaskOutput, classification_parity, classify, dequantize, score_keys
+from .classification import source_softmax_outputs
 from .text import TextTask, load_text_samples
 
 
@@ -20,7 +21,7 @@ class TextClassification(TextTask):
     @classmethod
     def build_sections(cls, request, writer, outputs):
         name = outputs[0]["name"]      # a graph ending in Softmax gives probabilities: not softmaxed again
-        post = {"output": name, "softmax": name not in _softmax_outputs(getattr(request, "source", None))}
+        post = {"output": name, "softmax": name not in source_softmax_outputs(getattr(request, "source", None))}
         return cls.text_preprocess(request, writer), cls.labels_section(request, writer, post)
 
     def __init__(self, manifest, read_file, buckets):
@@ -57,16 +58,3 @@ def _class_count(spec: dict) -> int:
                         f"[1, seq, C] output a per-token one: use --task tensors)", file="manifest.json",
                         code=ec.ARTIFACT_TASK_MISMATCH)
 
-
-def _softmax_outputs(source) -> list[str]:
-    """The source ONNX graph's outputs that a ``Softmax`` writes (``onnx_import.softmax_outputs``,
-    what import reads): a classifier exported with its softmax outputs probabilities, which a second
-    softmax would flatten (0.986 became 0.725). External data files are not read; none if it cannot be read."""
-    try:
-        import onnx
-
-        from edge_runtime.converters.onnx_import import softmax_outputs
-
-        return softmax_outputs(onnx.load(str(source), load_external_data=False).graph)
-    except Exception:
-        return []
