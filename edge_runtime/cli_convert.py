@@ -94,7 +94,8 @@ def _json_arg(value, what):
                                    "input (as import's), each key stated here winning.")
 @click.option("--postprocess", help="Post-processing JSON (file or text), for tasks that decode outputs: an "
                                     "object detector's family and parameters, thresholds ({\"family\": \"yolox\", "
-                                    "\"score_threshold\": 0.3}).")
+                                    "\"score_threshold\": 0.3}); a text embedder's pooling ({\"pooling\": "
+                                    "\"cls\", \"normalize\": false}: mean, cls or none; normalised by default).")
 @click.option("--family", help="Object detection: the decode family (yolo, yolox, gfl, ssd-postprocess); "
                                "the same as --postprocess '{\"family\": ...}'.")
 @click.option("--recipe", help="Quantization recipe (cnn, transformer, ...), target=recipe pairs, or auto: each "
