@@ -106,7 +106,7 @@ def _read_json_input(path: str, lim: Limits = DEFAULT_LIMITS):
     text = Path(path).read_bytes()
     _nesting(text, lim.max_json_depth)      # before json builds it: its recursion would crash
     try:
-        data = json.loads(text.decode("utf-8"))
+        data = json.loads(text.decode("utf-8-sig"))     # a BOM (Notepad writes one) is not content, as for --text-file
     except RecursionError:
         raise _too_deep(lim.max_json_depth) from None
     except (UnicodeDecodeError, ValueError) as exc:

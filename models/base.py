@@ -137,8 +137,10 @@ class Task:
         """Approximate size of one raw input, for the request-size limit."""
         if isinstance(raw, str):
             return len(raw) * 4 if len(raw) > 1 << 18 else len(raw.encode("utf-8", "surrogatepass"))
-        if isinstance(raw, (bytes, bytearray, memoryview)):
+        if isinstance(raw, (bytes, bytearray)):
             return len(raw)
+        if isinstance(raw, memoryview):     # its len() counts the first dimension's items, not bytes
+            return raw.nbytes
         if isinstance(raw, np.ndarray):
             return int(raw.nbytes)
         return 0
