@@ -15,8 +15,8 @@ from .errors import EdgeRuntimeError, InputError
 @device_flags()
 @click.option("--limit", type=click.IntRange(min=1), help="Use the first N evaluable samples only (a TSV header and "
                                                           "skipped rows do not count).")
-@click.option("--min-accuracy", type=float, help="Exit 1 when accuracy is below this (the figure and the threshold "
-                                                 "on stderr).")
+@click.option("--min-accuracy", type=float, callback=lambda ctx, param, v: _fraction(v),
+              help="Exit 1 when accuracy is below this fraction (0.97; the figure and the threshold on stderr).")
 @click.option("--fail-on-skip", is_flag=True, help="Exit 2 when any row was skipped (after the report).")
 @click.option("--json", "as_json", is_flag=True)
 @_guard
@@ -47,6 +47,8 @@ def eval_cmd(artifact, data, device, require_device, device_option, limit, min_a
     \b
     Exit codes: 0 ok; 1 accuracy under --min-accuracy (eval_below_min_accuracy);
     2 nothing could be evaluated (eval_nothing_evaluated, eval_data_empty),
+    the data is an image folder for a text classifier (input_invalid);
+    every evaluated sample failed: the errors' class (eval_nothing_succeeded);
     the artifact is no classifier or a label names several classes
     (input_invalid) or, with --fail-on-skip, a row was skipped
     (eval_rows_skipped); 3/4/5/6 the artifact's, device's, timeout's,
@@ -60,7 +62,15 @@ def eval_cmd(artifact, data, device, require_device, device_option, limit, min_a
         rep = evaluate(rt, data, limit=limit)
     sk = rep["skipped"]
     problem: EdgeRuntimeError | None = None
-    if fail_on_skip and sk["count"]:
+    failed = sum(rep["errors"].values())
+    if failed and failed == rep["samples"]:     # an accuracy of 0 that measures no prediction at all
+        from .score_summary import _dominant_type
+
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(rep["errors"].items(), key=lambda kv: -kv[1]))
+        problem = _dominant_type(rep.get("error_types") or {})(
+            f"all {failed} evaluated samples failed ({counts}): the accuracy measures no prediction",
+            code=ec.EVAL_NOTHING_SUCCEEDED)
+    elif fail_on_skip and sk["count"]:
         problem = InputError(f"{sk['count']} rows skipped ({', '.join(f'{k} {v}' for k, v in sk['by_reason'].items())})"
                              f" and --fail-on-skip was given", code=ec.EVAL_ROWS_SKIPPED)
     elif min_accuracy is not None and rep["accuracy"] < min_accuracy:
@@ -71,6 +81,13 @@ def eval_cmd(artifact, data, device, require_device, device_option, limit, min_a
     emit(rep, as_json, _human)
     if problem is not None:
         exit_with(problem)
+
+
+def _fraction(v: float | None) -> float | None:
+    """--min-accuracy NaN: no accuracy is below it, so the gate would pass whatever was measured."""
+    if v is not None and v != v:
+        raise click.BadParameter("nan is no accuracy: give a fraction such as 0.97")
+    return v
 
 
 def _where(ex: dict) -> str:

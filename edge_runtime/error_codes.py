@@ -351,6 +351,11 @@ IMPORT_FAMILY_MISMATCH: Final = _code("import_family_mismatch", "input",
                                       "YOLOX objectness column read as yolo, say): its boxes would decode as "
                                       "garbage; the message names the family that fits.")
 
+# -- eval: every sample of the evaluation failed (an accuracy of 0 would measure no prediction) --
+EVAL_NOTHING_SUCCEEDED: Final = _code("eval_nothing_succeeded", "other",
+                                      "Every evaluated sample failed with an error: the accuracy measures no "
+                                      "prediction (the error's class gives the exit code).", also=_VERDICT_LAYERS)
+
 
 def markdown() -> str:
     """README's table: ``| code | layer | exit | meaning |``, one row a code."""

@@ -15,16 +15,22 @@ examples per reason, with the line number or the path); the reasons:
   label: one per image), ``not_an_image`` (a file in a label folder without
   a PNG/JPEG/BMP suffix), ``not_in_label_folder`` (an image directly in DATA),
   ``nested_folder`` (a file deeper than ``<label>/<file>``). Hidden files and
-  other files directly in DATA (a README) are not rows.
+  other files directly in DATA (a README) are not rows. A folder that cannot
+  be listed is ``eval_data_unreadable`` (never left out in silence), and so is
+  a DATA that is neither a folder nor a regular file (a pipe). An image folder
+  is for a task that takes images: its rows are paths, which a text
+  classifier would classify as text (``input_invalid``).
 
 The first line of a TSV whose label column is no label is its header
 (``header`` in the report): not a sample, not a skip, not counted against
 ``limit``. ``limit`` = the first N evaluable samples; skipped rows met before
-the Nth are reported, rows after it are not read.
+the Nth are reported, rows after it are not read (a TSV is read line by line).
 
 ``accuracy`` = correct / ``samples``, where ``samples`` counts the rows that
 were run (an inference error counts as a wrong answer and is listed under
-``errors``). Skipped rows are outside it and reported beside it. When no row
+``errors``; ``error_types`` counts their classes: where every sample failed the
+CLI exits ``eval_nothing_succeeded`` in the commonest one's class, after the
+report). Skipped rows are outside it and reported beside it. When no row
 can be evaluated, ``evaluate`` raises ``InputError`` (exit 2):
 ``eval_data_empty`` (nothing found) or ``eval_nothing_evaluated`` (every row
 skipped, the reasons named).
@@ -35,7 +41,10 @@ names, never by comparing label texts: a labels file may repeat a text
 machine), and a repeated text names no one class. A folder or TSV label that
 is such a text is refused before anything runs (``InputError``
 ``input_invalid``, exit 2, the class indices named): name the folder, or
-write the label, by its index instead (``518/``).
+write the label, by its index instead (``518/``). A zero-padded number that is
+no label text (``09``) is refused the same way where, as a number, it is
+another class's text (labels ``1``..``10``: index 9 is ``10``, the text ``9``
+is class 8); where both readings agree (labels ``0``..``9``) it is that class.
 
 Only classifiers are evaluated (:func:`eval_tasks`: the tasks whose parity
 metric is ``top1_agreement``, image- and text-classification built in): any
@@ -46,9 +55,10 @@ the supported tasks named) before the data is read.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Generator, Iterator
 
 import numpy as np
 
@@ -114,18 +124,29 @@ class LabelIndex:
         if found:
             return list(found)
         if name.isascii() and name.isdigit() and int(name) < self.n:
-            return [int(name)]
+            # a zero-padded number ("09") is no text; as an index it is class 9, but where the labels
+            # have the text "9" at another class (labels "1".."10": class 8) it names that one as well
+            as_text = self.by_text.get(str(int(name)), [])
+            return [int(name)] + [c for c in as_text if c != int(name)]
         return []
 
 
 def ambiguous_label(name: str, classes: list[int], where: str, folder: bool = False) -> InputError:
-    """The refusal of a label that names several classes (a text the labels file repeats)."""
+    """The refusal of a label that names several classes (a text the labels file repeats, or a
+    zero-padded number that is one class's index and, as a number, another class's text)."""
     shown = ", ".join(str(c) for c in classes)
     choices = " or ".join(f"{c}/" if folder else str(c) for c in classes[:5])
     fix = f"name the folder by the class index instead ({choices})" if folder else \
         f"write the label as the class index instead ({choices})"
-    return InputError(f"{where}: label {name!r} is the text of {len(classes)} classes of the artifact "
-                      f"(indices {shown}), so it cannot say which one is right; {fix}"[:600],
+    if name.isascii() and name.isdigit() and name != str(int(name)):
+        others = ", ".join(str(c) for c in classes[1:])
+        what = (f"is no label text; it is the index of class {classes[0]}, but as the number "
+                f"{int(name)} it is the text of class{'es' if len(classes) > 2 else ''} {others}")
+        thing = "name the folder" if folder else "write the label"
+        fix = f"{thing} by the label text of the class it means ({str(int(name))!r} is class {others})"
+    else:
+        what = f"is the text of {len(classes)} classes of the artifact (indices {shown})"
+    return InputError(f"{where}: label {name!r} {what}, so it cannot say which one is right; {fix}"[:600],
                       code=ec.INPUT_INVALID, label=name, classes=classes)
 
 
@@ -139,6 +160,9 @@ def eval_tasks() -> list[str]:
 def is_classifier(task) -> bool:
     """``task`` (a Task class or instance) answers one class per input (``top1_agreement``)."""
     return getattr(task, "parity_metric", None) == "top1_agreement"
+
+
+Rows = Generator[tuple[object, object, dict], None, None]     # (raw input, truth, where) of each row
 
 
 def _clip(text: str, n: int = 80) -> str:
@@ -156,17 +180,13 @@ def _truth(name: str, index: LabelIndex | None, where: str) -> object:
     return classes[0] if classes else None
 
 
-def _tsv_rows(p: Path, labels, skipped: Skipped, header: dict) -> Iterator[tuple[object, object, dict]]:
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read {p}: {exc.strerror or exc}", code=ec.EVAL_DATA_UNREADABLE) from None
+def _tsv_rows(p: Path, labels, skipped: Skipped, header: dict) -> Rows:
     index = None if labels is None else LabelIndex(labels)
-    raw_lines = data.split(b"\n")
-    if raw_lines and raw_lines[-1] == b"":
-        raw_lines.pop()                              # the final newline ends the last line; it starts none
-    for number, raw in enumerate(raw_lines, start=1):
+    # line by line (binary: a line of another encoding is a skip, not the end): --limit stops
+    # reading at its Nth sample instead of holding the whole file in memory first
+    for number, raw in enumerate(_binary_lines(p), start=1):
         where = {"line": number}
+        raw = raw[:-1] if raw.endswith(b"\n") else raw        # the final newline ends the last line
         raw = raw[:-1] if raw.endswith(b"\r") else raw
         try:
             line = raw.decode("utf-8")
@@ -194,9 +214,51 @@ def _tsv_rows(p: Path, labels, skipped: Skipped, header: dict) -> Iterator[tuple
         yield text, truth, where
 
 
-def _folder_rows(p: Path, labels, skipped: Skipped) -> Iterator[tuple[object, object, dict]]:
+def _binary_lines(p: Path) -> Iterator[bytes]:
+    try:
+        with open(p, "rb") as f:
+            yield from f
+    except OSError as exc:
+        raise InputError(f"cannot read {p}: {exc.strerror or exc}", code=ec.EVAL_DATA_UNREADABLE) from None
+
+
+def _unreadable(folder: Path, exc: OSError) -> InputError:
+    return InputError(f"cannot read the folder {folder}: {exc.strerror or exc} (its images would be left out of "
+                      f"the accuracy without a word)", code=ec.EVAL_DATA_UNREADABLE, path=str(folder))
+
+
+def _files_under(folder: Path) -> list[Path]:
+    """Every entry under ``folder`` (``rglob("*")``'s: symlinked folders are listed, not entered),
+    sorted; a folder that cannot be listed raises ``eval_data_unreadable`` (``rglob`` passes over it
+    in silence, and its images would drop out of the accuracy)."""
+    out: list[Path] = []
+    todo = [folder]
+    while todo:
+        d = todo.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except OSError as exc:
+            raise _unreadable(d, exc) from None
+        for e in entries:
+            path = d / e.name
+            out.append(path)
+            try:
+                entered = e.is_dir(follow_symlinks=False)
+            except OSError:
+                entered = False
+            if entered and not e.name.startswith("."):
+                todo.append(path)
+    return sorted(out)
+
+
+def _folder_rows(p: Path, labels, skipped: Skipped) -> Rows:
     index = None if labels is None else LabelIndex(labels)
-    for entry in sorted(p.iterdir()):
+    try:
+        top = sorted(p.iterdir())
+    except OSError as exc:
+        raise _unreadable(p, exc) from None
+    for entry in top:
         if entry.name.startswith("."):
             continue
         if not entry.is_dir():
@@ -206,7 +268,7 @@ def _folder_rows(p: Path, labels, skipped: Skipped) -> Iterator[tuple[object, ob
             continue
         classes = [] if index is None else index.classes(entry.name)
         truth = entry.name if index is None else classes[0] if len(classes) == 1 else None
-        for f in sorted(entry.rglob("*")):
+        for f in _files_under(entry):
             rel = f.relative_to(p)
             if any(part.startswith(".") for part in rel.parts) or f.is_dir():
                 continue
@@ -235,13 +297,19 @@ def read_labelled(path, labels=None, limit: int | None = None):
         rows = _folder_rows(p, labels, skipped)
     elif p.is_file():
         rows = _tsv_rows(p, labels, skipped, header)
+    elif p.exists():
+        raise InputError(f"evaluation data {p} is neither a folder nor a regular file (a pipe, a device): give a "
+                         f"folder of <label>/<image> files or a TSV file", code=ec.EVAL_DATA_UNREADABLE)
     else:
         raise InputError(f"evaluation data {p} does not exist", code=ec.EVAL_DATA_MISSING)
     samples = []
-    for row in rows:
-        samples.append(row)
-        if limit is not None and len(samples) >= limit:
-            break
+    try:
+        for row in rows:
+            samples.append(row)
+            if limit is not None and len(samples) >= limit:
+                break
+    finally:
+        rows.close()                # a TSV read up to the limit is closed now, not at collection
     return samples, skipped, (header or None)
 
 
@@ -262,6 +330,12 @@ def evaluate(rt, path, limit: int | None = None) -> dict:
         raise InputError(f"eval measures the accuracy of a classifier ({', '.join(supported)}); this artifact's "
                          f"task is {task_name}, which answers no one label per input: it is not evaluated "
                          f"(score writes its results)", code=ec.INPUT_INVALID, task=task_name, supported=supported)
+    kind = getattr(rt.task, "input_kind", None)
+    if Path(path).is_dir() and kind != "image":
+        # each row's raw input is the image's path: a text classifier would classify the path string
+        raise InputError(f"{path} is a folder of <label>/<image> files, and this artifact's task {task_name} takes "
+                         f"{kind or 'no image'} input, not images: give it a text<TAB>label TSV",
+                         code=ec.INPUT_INVALID, task=task_name, input_kind=kind)
     labels = list(getattr(rt.task, "labels", None) or [])
     samples, skipped, header = read_labelled(path, labels, limit)
     if not samples:
@@ -274,12 +348,14 @@ def evaluate(rt, path, limit: int | None = None) -> dict:
                          code=ec.EVAL_NOTHING_EVALUATED, skipped=skipped.to_dict())
     correct, latencies = 0, []
     errors: dict[str, int] = {}
+    error_types: dict[str, int] = {}
     error_examples: list[dict] = []
     for raw, truth, where in samples:
         try:
             res = rt.infer(raw)
         except EdgeRuntimeError as exc:
             errors[exc.code] = errors.get(exc.code, 0) + 1
+            error_types[type(exc).__name__] = error_types.get(type(exc).__name__, 0) + 1
             if len(error_examples) < EXAMPLES_PER_REASON:
                 error_examples.append({"code": exc.code, **where, "message": exc.message[:200]})
             continue
@@ -300,6 +376,7 @@ def evaluate(rt, path, limit: int | None = None) -> dict:
         "correct": int(correct),
         "accuracy": correct / n,
         "errors": errors,
+        "error_types": error_types,
         "error_examples": error_examples,
         "skipped": skipped.to_dict(),
         "header": header,
