@@ -149,7 +149,8 @@ def split_samples(job: Job, task_ref, progress) -> Samples:
     if req.parity_data:
         held = _load_samples(job.task_cls, req.parity_data, "--parity-data")
         calib = [samples[i] for i in order][: req.max_calibration]
-        data = f"{Path(req.parity_data).name} ({len(held)} samples)"
+        held, seen = _not_calibrated(held, calib, progress)
+        data = f"{Path(req.parity_data).name} ({len(held)} samples{seen})"
     else:
         n_held = max(1, int(round(len(samples) * req.heldout_fraction)))
         if len(samples) - n_held < 1:
@@ -160,6 +161,30 @@ def split_samples(job: Job, task_ref, progress) -> Samples:
     n_calib, _ = _usable(task_ref, calib, "calibration")
     n_held, _ = _usable(task_ref, held, "held-out parity")
     return Samples(calib, held, data, sample_policy(req, n_calib, n_held, progress))
+
+
+def _not_calibrated(held: list, calib: list, progress) -> tuple[list, str]:
+    """The --parity-data samples that are not also calibration samples (byte for byte), and what
+    the parity record says of the ones left out. Parity on data the quantizer calibrated on is not
+    held-out parity (its activation ranges were fitted to exactly those inputs): a --parity-data
+    that is the calibration data is refused, one that shares some samples with it is measured on
+    the others, said in a warning and in the record. (A split of --calibration holds distinct
+    positions of one file; its duplicates, constant test data say, are the data's own.)"""
+    from .request import fingerprint
+
+    seen = {fingerprint([s]) for s in calib}
+    kept = [s for s in held if fingerprint([s]) not in seen]
+    dropped = len(held) - len(kept)
+    if not dropped:
+        return held, ""
+    if not kept:
+        raise InputError(f"every one of the {len(held)} --parity-data samples is also a calibration sample: parity "
+                         "measured on the data the quantizer calibrated on is not held-out parity; give "
+                         "--parity-data samples the calibration does not hold (or leave --parity-data out to "
+                         "hold out a split of --calibration)", code=ec.CONVERT_PARITY_IS_CALIBRATION)
+    progress(f"warning: {dropped} of the {len(held)} --parity-data samples are also calibration samples: left out of "
+             f"parity, which is measured on the {len(kept)} others")
+    return kept, f"; {dropped} that are also calibration samples left out"
 
 
 def _load_samples(task_cls, path, what: str) -> list:

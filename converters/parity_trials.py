@@ -15,6 +15,7 @@ from edge_runtime import error_codes as ec
 from edge_runtime.errors import DeviceError, EdgeRuntimeError, InputError
 from edge_runtime.hardware import detect_cached
 from edge_runtime.selection import choose
+from edge_runtime.verify import compares_nothing
 
 from . import parity
 from .base import Converter
@@ -89,6 +90,9 @@ def measure_target(ref: Reference, target: str, converter: Converter, root: Path
         par["passed"] = None
     else:
         par["passed"] = par["value"] is not None and par["value"] >= par["budget"]
+        nothing = compares_nothing(par)
+        if nothing:         # a figure with no evidence behind it (F1 1.0 over no box): no figure, no pass
+            par.update(value=None, passed=None, not_judged=nothing)
     return Measured(par, runtime_opts, why, trials)
 
 

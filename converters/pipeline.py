@@ -136,12 +136,12 @@ def write_probe(job: Job, ref: Reference, progress) -> dict | None:
     from edge_runtime import probe
     from edge_runtime.limits import DEFAULT_LIMITS
 
-    from .probe_select import PER_BUCKET, pick
+    from .probe_select import PER_BUCKET, pick, spread
 
     want = job.req.probe_samples
     if want <= 0:
         return None
-    picked = pick(ref.task, list(ref.held), want, DEFAULT_LIMITS)
+    picked = pick(ref.task, spread(list(ref.held), want), want, DEFAULT_LIMITS)
     results = []
     for raw in picked.raws:
         prepared = ref.task.prepare(raw, DEFAULT_LIMITS)
@@ -149,7 +149,8 @@ def write_probe(job: Job, ref: Reference, progress) -> dict | None:
     inputs, reference, section = probe.build(picked.raws, results, count=want, max_bytes=job.req.probe_max_bytes,
                                              source=f"held-out parity samples ({ref.data}), at least "
                                                     f"{min(want // max(len(ref.task.buckets), 1), PER_BUCKET)} per "
-                                                    f"bucket where they reach it, then in held-out order")
+                                                    f"bucket where they reach it, then spread evenly over "
+                                                    f"the held-out order")
     names = [b["name"] for b in ref.task.buckets]
     kept = picked.buckets[:section["samples"]]          # the byte cap may have cut the list short
     section["buckets"] = {n: kept.count(i) for i, n in enumerate(names)}

@@ -69,6 +69,18 @@ def pick(task, held: list, count: int, limits) -> Picked:
     return Picked([c[1] for c in chosen], [c[2] for c in chosen], composed)
 
 
+def spread(held: list, count: int) -> list:
+    """``held`` reordered so that its first ``count`` samples are spread evenly over it (every k-th,
+    k = ceil(len / count), from the first), then the rest in the same stride: ``pick`` takes its
+    probes from the front. A --parity-data folder loads sorted by label (digits' held_out/0..9),
+    so its first 32 of 360 were all "0" and ``verify`` checked one class of ten."""
+    n = len(held)
+    if count <= 0 or n <= count:
+        return list(held)
+    k = -(-n // count)
+    return [held[i] for i in sorted(range(n), key=lambda i: (i % k, i))]
+
+
 def _bucket(task, raw, limits) -> int | None:
     try:
         return task.prepare(raw, limits).bucket

@@ -173,8 +173,12 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
     except ParityError as exc:
         for v in exc.details.get("variants", []):
             p = v["parity"]
-            click.echo(f"{v['target']}: parity {p['metric']} = {p['value']:.4f} (budget {p['budget']}, "
-                       f"{p['samples']} samples)", err=True)
+            if p.get("value") is None:      # not measured (coreml off macOS) or not judged: never a figure
+                click.echo(f"{v['target']}: parity {p['metric']} "
+                           f"{_no_figure(p)}", err=True)
+            else:
+                click.echo(f"{v['target']}: parity {p['metric']} = {p['value']:.4f} (budget {p['budget']}, "
+                           f"{p['samples']} samples)", err=True)
             for line in trial_lines(v.get("recipe_trials") or []):
                 click.echo(line, err=True)
         raise
@@ -182,6 +186,8 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
                "variants": [{"target": v["target"], "buckets": [b["name"] for b in v["buckets"]],
                              "recipe": v["quantization"].get("recipe"),
                              "parity": {k: v["parity"].get(k) for k in ("metric", "value", "min", "samples", "budget")},
+                             # a figure from few samples says so wherever it is shown, as the manifest does
+                             **({"parity_warning": v["parity"]["warning"]} if v["parity"].get("warning") else {}),
                              **({"recipe_trials": v["recipe_trials"]} if v.get("recipe_trials") else {})}
                             for v in manifest["variants"]],
                "skipped_targets": manifest.get("skipped_targets", []),
@@ -198,14 +204,15 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
         for v in summary["variants"]:
             p = v["parity"]
             extra = f", min {p['min']:.4f}" if p.get("min") is not None else ""
-            if p.get("value") is None:   # recorded as not measured (coreml off macOS): never a figure
-                click.echo(f"{v['target']}: buckets {', '.join(v['buckets'])}; parity not measured: "
-                           f"{manifest_parity(manifest, v['target']).get('not_measured', '?')}")
+            if p.get("value") is None:   # recorded as not measured (coreml off macOS) or not judged: never a figure
+                click.echo(f"{v['target']}: buckets {', '.join(v['buckets'])}; parity "
+                           f"{_no_figure(manifest_parity(manifest, v['target']))}")
                 continue
             on = manifest_parity(manifest, v["target"]).get("measured_on")
             click.echo(f"{v['target']}: buckets {', '.join(v['buckets'])}; parity {p['metric']} {p['value']:.4f}"
                        f"{extra} on {p['samples']} held-out samples (budget {p['budget']})"
-                       + (f", measured on {on if on.startswith('the ') else 'the ' + on}" if on else ""))
+                       + (f", measured on {on if on.startswith('the ') else 'the ' + on}" if on else "")
+                       + (f"; warning: {v['parity_warning']}" if v.get("parity_warning") else ""))
             for line in trial_lines(v.get("recipe_trials") or []):
                 click.echo(line)
         for skip in manifest.get("skipped_targets", []):
@@ -242,12 +249,21 @@ def trial_lines(trials: list[dict]) -> list[str]:
         if "error" in t:
             out.append(f"{head}: not built: {t['error']}")
             continue
-        value = "not measured" if t.get("parity") is None else f"{t['parity']:.4f}"
+        value = ("not judged" if t.get("not_judged") else "not measured") if t.get("parity") is None \
+            else f"{t['parity']:.4f}"
         fate = ("kept" if t.get("kept") else "") + ("" if t.get("passed") is not False else
                                                    (" (under budget)" if t.get("kept") else f"under budget {t['budget']}"))
         ms = f", {t['device_ms_median']} ms" if t.get("device_ms_median") is not None else ""
         out.append(f"{head}: parity {value}{ms}, {t.get('seconds')} s: {fate.strip() or 'passed'}")
     return out
+
+
+def _no_figure(parity: dict) -> str:
+    """A parity record without a figure, said: not measured here, or measured and not judged (a
+    detector's F1 over no box)."""
+    if parity.get("not_judged"):
+        return f"not judged: {parity['not_judged']}"
+    return f"not measured: {parity.get('not_measured', '?')}"
 
 
 def manifest_parity(manifest: dict, target: str) -> dict:

@@ -70,10 +70,14 @@ def _print_verify(rep: dict) -> None:
         click.echo(f"{mark} {tune_row_text(r)}{rec}" + (f"  on {r['device']}" if r.get("device") else ""))
         if r.get("fallback"):
             click.echo(f"    fallback: {r['fallback']} (measured on {r.get('device')})")
+        if r.get("not_judged"):
+            click.echo(f"    not judged: {r['not_judged']}")
     if rep.get("chosen_error"):
         click.echo(f"chosen path: failed [{rep['chosen_error']['code']}]")
         return
     verdict = {True: "pass", False: "UNDER BUDGET", None: "no budget recorded"}[rep["chosen"]["passed"]]
+    if rep["chosen"].get("not_judged"):
+        verdict = "not judged (the probe set compares nothing)"
     on = f" on {rep['chosen']['device']}, after a fallback" if rep["chosen"].get("fallback") else ""
     click.echo(f"chosen path ({rep['chosen']['decided_by']}): {verdict}{on}")
 

@@ -351,6 +351,12 @@ IMPORT_FAMILY_MISMATCH: Final = _code("import_family_mismatch", "input",
                                       "YOLOX objectness column read as yolo, say): its boxes would decode as "
                                       "garbage; the message names the family that fits.")
 
+# -- convert: --parity-data that is the calibration data (parity on calibrated samples is not held-out) --
+CONVERT_PARITY_IS_CALIBRATION: Final = _code("convert_parity_is_calibration", "input",
+                                             "Every --parity-data sample is also a calibration sample: parity "
+                                             "measured on the data the quantizer calibrated on is not held-out "
+                                             "parity; give held-out samples (shared ones are left out, said).")
+
 # -- eval: every sample of the evaluation failed (an accuracy of 0 would measure no prediction) --
 EVAL_NOTHING_SUCCEEDED: Final = _code("eval_nothing_succeeded", "other",
                                       "Every evaluated sample failed with an error: the accuracy measures no "

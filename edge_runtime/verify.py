@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -71,16 +72,47 @@ def verify_runtime(rt, probe: ProbeSet | None = None, *, rounds: int = 1) -> dic
     budget = parity.get("budget")
     passed = holds(figures, budget)         # before the row is built: it may add disagreements, p_value
     row = {**_row_base(rt), **{k: v for k, v in figures.items() if k not in ("per_bucket",)},
-           "recorded": parity.get("value"), "budget": budget, "passed": passed,
+           "recorded": _recorded(rt.variant, dict(rt.device_options)), "budget": budget, "passed": passed,
            "latency_ms_median": round(float(np.median(lat)), 3), "first_ms": round(lat[0], 3) if lat else None,
            "latency_ms_p90": round(float(np.percentile(lat, 90)), 3),
            "here": host.int8_class(rt.hardware, rt.device),
            # each bucket is its own compiled model: one no probe reached was not checked here
            "buckets": per_bucket, "unverified_buckets": [n for n, k in per_bucket.items() if k == 0],
            "ms": round((time.perf_counter() - t0) * 1000, 1)}
+    nothing = compares_nothing(figures, "probe samples")
     if budget is None:
         row["passed"] = None      # nothing to hold it to (an imported artifact records no budget)
+    elif nothing:               # F1 1.0 over no box: nothing was compared, so no verdict (was "pass")
+        row.update(passed=None, not_judged=nothing)
     return row
+
+
+def compares_nothing(figures: dict, samples: str = "held-out samples") -> str | None:
+    """Why a measured figure compares nothing, or None. A detector's F1 over samples in which neither
+    the fp32 reference nor the candidate detects anything is 1.0 by definition (no box, no miss): a
+    passing figure with no evidence behind it (parity data without objects, a --preprocess that
+    blinds the source, a too-high score threshold). Convert records it as not judged (no value,
+    ``passed`` null) and verify gives no verdict on it (``passed`` null, ``not_judged``)."""
+    if figures.get("metric") == "detection_f1" and figures.get("value") is not None:
+        boxes = sum(int(figures.get(k) or 0) for k in ("matched", "unmatched_reference", "unmatched_candidate"))
+        if boxes == 0:
+            return (f"neither the fp32 source nor the candidate detects anything in the {figures.get('samples')} "
+                    f"{samples}: an F1 over no box compares nothing (give parity data with objects the source "
+                    "finds; check --preprocess and the score threshold)")
+    return None
+
+
+def _recorded(variant, options: dict):
+    """The convert-time figure of the runtime option set this path runs with: ``runtime_trials`` has
+    one per option set measured (OpenVINO's f32 and bf16 hints), ``parity.value`` is the kept one's.
+    A ``verify --all`` row of the other hint showed the kept hint's figure as its own "recorded"."""
+    trials = variant.get("runtime_trials")
+    for t in trials if isinstance(trials, (list, tuple)) else ():
+        opts, value = (t.get("options"), t.get("parity")) if isinstance(t, Mapping) else (None, None)
+        if isinstance(opts, Mapping) and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and same_options(dict(opts), options):
+            return value
+    return variant.parity.get("value")
 
 
 # parity metrics that are a share of trials, each one agreeing or not: on a few probes one
