@@ -106,6 +106,7 @@ class OnnxRuntimeSession(DeviceSession):
         so = ort.SessionOptions()
         if options.get("threads"):
             so.intra_op_num_threads = options["threads"]
+        self.threads = so.intra_op_num_threads or None      # None: onnxruntime's default (its physical cores)
         so.inter_op_num_threads = 1
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.log_severity_level = 3
@@ -117,16 +118,16 @@ class OnnxRuntimeSession(DeviceSession):
         self.device = f"{name}:" + _SHORT.get(self.providers[0], self.providers[0])
         if device_id and self.providers[0] != "CPUExecutionProvider":
             self.device += f":{device_id}"
-        first = self.providers[0]
-        self.dropped_providers = wanted[:wanted.index(first)] if first in wanted else \
-            [p for p in wanted if p not in self.providers]
+        # every provider asked for that ORT did not keep, the ones after the first kept too: TensorRT
+        # kept with CUDA dropped runs what TensorRT does not take on the CPU, not on the GPU
+        self.dropped_providers = [p for p in wanted if p not in self.providers]
         if self.dropped_providers:
             absent = [p for p in self.dropped_providers if p not in providers]
             failed = [p for p in self.dropped_providers if p in providers]
             parts = ([f"not in this onnxruntime build: {', '.join(absent)}"] if absent else []) + \
                 ([f"onnxruntime could not initialise {', '.join(failed)} (no usable GPU, or CUDA/cuDNN/TensorRT "
                   "libraries missing or mismatched)"] if failed else [])
-            self.fallback = f"{'; '.join(parts)}; running on {self.providers[0]}"
+            self.fallback = f"{'; '.join(parts)}; running on {' → '.join(self.providers)}"
         self._outputs = [t["name"] for t in bucket["outputs"]]
         # ORT names a missing output itself when it runs; the inputs are checked here
         check_io((i.name for i in self._sess.get_inputs()), self._outputs, bucket)
@@ -150,7 +151,7 @@ class OnnxRuntimeSession(DeviceSession):
         return dict(zip(self._outputs, values))
 
     def info(self) -> dict:
-        return {"providers": self.providers, "requested_providers": self.requested_providers,
+        return {"providers": self.providers, "requested_providers": self.requested_providers, "threads": self.threads,
                 "dropped_providers": self.dropped_providers, "provider_options": self.provider_options,
                 "fallback": self.fallback, **self.notes}
 

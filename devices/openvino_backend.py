@@ -269,15 +269,32 @@ class OpenVinoSession(DeviceSession):
                 pass
         tp[1] = _ov().AsyncInferQueue(tp[0], tp[3])
 
-    def info(self) -> dict:
+    def _ran(self, name: str):
+        """A property of what runs, read back (None when unreadable): the compiled model's own, else
+        (AUTO exposes none of its devices' properties itself) the execution device's, from its
+        DEVICE_PROPERTIES."""
         try:
-            ran = str(self._compiled.get_property("INFERENCE_PRECISION_HINT"))
+            return self._compiled.get_property(name)
         except Exception:
-            ran = "unknown"
+            pass
+        try:
+            props = self._compiled.get_property("DEVICE_PROPERTIES")
+            for dev in self.executed_on or []:
+                for key in (dev, dev.split(".")[0]):
+                    if key in props and name in props[key]:
+                        return props[key][name]
+        except Exception:
+            pass
+        return None
+
+    def info(self) -> dict:
+        ran = self._ran("INFERENCE_PRECISION_HINT")
+        threads = self._ran("INFERENCE_NUM_THREADS")
         return {
             "openvino_device": self._ov_device,
             "execution_devices": self.executed_on,
-            "precision": ran.replace("<Type: '", "").replace("'>", ""),
+            "precision": "unknown" if ran is None else str(ran).replace("<Type: '", "").replace("'>", ""),
+            "threads": threads if isinstance(threads, int) else None,       # INFERENCE_NUM_THREADS, read back
             "precision_requested": self.precision,
             "precision_reason": self.precision_reason,
             "performance_hint": "LATENCY (infer), THROUGHPUT (infer_batch)",
@@ -328,6 +345,10 @@ class OpenVinoBackend(DeviceBackend):
             if sub != "auto" and _DEVICES[sub] not in present:
                 return Suitability(None, f"{self.name}:{sub}", f"no OpenVINO {_DEVICES[sub]} device here "
                                                                f"(found: {', '.join(present) or 'none'})")
+            if sub == "auto" and set(present) == {"CPU"}:
+                # AUTO picks among the devices present: with only the CPU it is the CPU plugin, placed as such
+                return Suitability("cpu", f"{self.name}:auto", "OpenVINO AUTO requested; the only OpenVINO device "
+                                                               "here is the CPU, so AUTO runs on the CPU")
             return Suitability("accelerator", f"{self.name}:{sub}", f"OpenVINO {_DEVICES[sub]} requested")
         cpu = hardware.get("cpu", {})
         x86 = str(hardware.get("machine", "")).lower() in ("x86_64", "amd64")

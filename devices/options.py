@@ -159,7 +159,14 @@ def resolve_options(declarations: Iterable[Option], options: Mapping | DeviceOpt
     for name, opt in declared.items():
         value = raw.get(name)
         if value is not None:
-            values[name] = given[name] = opt.parse(value)
+            value = opt.parse(value)
+        if value is not None and value == "auto" == opt.default:
+            # "auto" is the declared default that defers (OpenVINO's precision: what the artifact
+            # recorded, else f32): asked for, it overrides nothing the converter recorded, nor
+            # does an environment variable override it
+            values[name] = value
+        elif value is not None:
+            values[name] = given[name] = value
         elif opt.env and os.environ.get(opt.env):
             values[name] = opt.parse(os.environ[opt.env], f"environment variable {opt.env}", DeviceError)
         else:
