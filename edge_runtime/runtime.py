@@ -81,7 +81,13 @@ class Runtime(CallPath):
         # the measured path runs with the options it was measured with, under the caller's own keys
         # ({} from a CLI without --device-option, or Ray's threads, kept the measured precision out)
         if self.choice.decided_by == "measurement" and self.tuned is not None:
-            device_options = {**self.tuned["decision"][tuned_for]["device_options"], **(device_options or {})} or None
+            decided = self.tuned["decision"][tuned_for]
+            tuned_opts = dict(decided["device_options"])
+            if tuned_opts and not set(tuned_opts) & set(device_options or {}):
+                # the measured options are the tune's, not the caller's: their provenance says so (an
+                # OpenVINO precision chosen by tune read "requested", as if the caller had asked for it)
+                tuned_opts["why"] = f"measured here by tune: {decided['why']}"
+            device_options = {**tuned_opts, **(device_options or {})} or None
         backend = registry.get_backend(self.choice.backend_name)
         # validated before anything is read or built: the caller's options (an unknown key or a bad
         # value is an InputError naming the valid ones) over the ones the converter measured and recorded
