@@ -13,6 +13,8 @@ def _r4(x):
 
 def _parity_text(p: dict) -> str:
     value = p.get("value")
+    if value is None and p.get("not_judged"):      # measured, but it compared nothing (a detector's F1 over no box)
+        return f"parity {p.get('metric')} not judged ({p['not_judged']})"
     if value is None or p.get("metric") in (None, "none", "not_measured"):
         why = p.get("not_measured") or p.get("note") or p.get("reason") or "no parity value recorded"
         return f"parity not measured ({why})"

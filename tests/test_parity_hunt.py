@@ -198,3 +198,14 @@ def test_verify_gives_no_verdict_on_a_probe_set_with_no_box(make_artifact, own_c
     res = CliRunner().invoke(main, ["verify", str(art)])
     assert res.exit_code == 0, res.output
     assert "not judged (the probe set compares nothing)" in res.stdout and ": pass" not in res.stdout, res.stdout
+
+
+def test_inspect_says_not_judged_rather_than_not_measured():
+    # a detector's F1 over no box is recorded as not judged; inspect called it "not measured"
+    from edge_runtime.cli_inspect import _parity_text
+
+    text = _parity_text({"metric": "detection_f1", "value": None, "passed": None,
+                         "not_judged": "no box in the reference or the candidate"})
+    assert text == "parity detection_f1 not judged (no box in the reference or the candidate)"
+    assert _parity_text({"metric": "none", "value": None, "not_measured": "Core ML off macOS"}) == \
+        "parity not measured (Core ML off macOS)"
