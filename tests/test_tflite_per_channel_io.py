@@ -9,13 +9,12 @@ and returned its raw integers as the output (a wrong answer, exit 0). The runtim
 (``import_io_per_channel``) naming the tensor, its axis and scale count; a
 per-tensor model, and an integer one with no quantization at all, import as before.
 
-The models are built here with the ``tflite`` flatbuffer builders: one RESHAPE,
+The models are built with tests/tflite_builder.py: one RESHAPE,
 int8 ``x [1, 2, 2, 3]`` -> int8 ``y [1, 12]``, each tensor's quantization chosen.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import numpy as np
@@ -24,7 +23,6 @@ from click.testing import CliRunner
 
 pytest.importorskip("tflite")
 pytest.importorskip("ai_edge_litert.interpreter")
-import flatbuffers  # noqa: E402  (a dependency of tflite)
 from tflite.BuiltinOperator import BuiltinOperator as B  # noqa: E402
 
 import edge_runtime as er  # noqa: E402
@@ -32,11 +30,7 @@ from edge_runtime import error_codes as ec  # noqa: E402
 from edge_runtime.cli import main  # noqa: E402
 from edge_runtime.converters.import_common import import_model  # noqa: E402
 from edge_runtime.converters.tflite_import import _spec  # noqa: E402
-
-I32, I8 = 2, 9
-_Buf, _Model, _Op, _Code, _SubGraph, _Tensor, _Quant = (
-    importlib.import_module(f"tflite.{m}")
-    for m in ("Buffer", "Model", "Operator", "OperatorCode", "SubGraph", "Tensor", "QuantizationParameters"))
+from tflite_builder import I8, I32, build_model  # noqa: E402
 
 PER_TENSOR = ([0.5], [1], 0)
 PER_CHANNEL_IN = ([0.1, 0.2, 0.3], [0, 0, 0], 3)                       # 3 scales along x's channel axis
@@ -45,73 +39,9 @@ PER_CHANNEL_OUT = ([0.01 * (k + 1) for k in range(12)], [0] * 12, 1)   # 12 scal
 
 def _reshape_model(x_q, y_q) -> bytes:
     """int8 x [1, 2, 2, 3] -RESHAPE-> int8 y [1, 12]; ``x_q``/``y_q``: (scales, zero_points, axis) or None."""
-    b = flatbuffers.Builder(1024)
-
-    def quant(q):
-        scales, zeros, axis = q
-        sv = b.CreateNumpyVector(np.array(scales, dtype=np.float32))
-        zv = b.CreateNumpyVector(np.array(zeros, dtype=np.int64))
-        _Quant.Start(b)
-        _Quant.AddScale(b, sv)
-        _Quant.AddZeroPoint(b, zv)
-        _Quant.AddQuantizedDimension(b, axis)
-        return _Quant.End(b)
-
-    def vec(start, items):
-        start(b, len(items))
-        for x in reversed(items):
-            b.PrependUOffsetTRelative(x)
-        return b.EndVector()
-
-    t_offs = []
-    for name, ttype, shape, bidx, q in (("x", I8, [1, 2, 2, 3], 0, x_q), ("new_shape", I32, [2], 1, None),
-                                        ("y", I8, [1, 12], 0, y_q)):
-        n = b.CreateString(name)
-        sh = b.CreateNumpyVector(np.array(shape, dtype=np.int32))
-        qo = quant(q) if q is not None else None
-        _Tensor.Start(b)
-        _Tensor.AddShape(b, sh)
-        _Tensor.AddType(b, ttype)
-        _Tensor.AddBuffer(b, bidx)
-        _Tensor.AddName(b, n)
-        if qo is not None:
-            _Tensor.AddQuantization(b, qo)
-        t_offs.append(_Tensor.End(b))
-    _Code.Start(b)
-    _Code.AddDeprecatedBuiltinCode(b, B.RESHAPE)
-    _Code.AddBuiltinCode(b, B.RESHAPE)
-    _Code.AddVersion(b, 1)
-    code = _Code.End(b)
-    iv, ov = b.CreateNumpyVector(np.array([0, 1], dtype=np.int32)), b.CreateNumpyVector(np.array([2], dtype=np.int32))
-    _Op.Start(b)
-    _Op.AddOpcodeIndex(b, 0)
-    _Op.AddInputs(b, iv)
-    _Op.AddOutputs(b, ov)
-    op = _Op.End(b)
-    tv, opv = vec(_SubGraph.StartTensorsVector, t_offs), vec(_SubGraph.StartOperatorsVector, [op])
-    siv, sov = b.CreateNumpyVector(np.array([0], dtype=np.int32)), b.CreateNumpyVector(np.array([2], dtype=np.int32))
-    _SubGraph.Start(b)
-    _SubGraph.AddTensors(b, tv)
-    _SubGraph.AddInputs(b, siv)
-    _SubGraph.AddOutputs(b, sov)
-    _SubGraph.AddOperators(b, opv)
-    sg = _SubGraph.End(b)
-    b_offs = []
-    for data in (b"", np.array([1, 12], dtype=np.int32).tobytes()):
-        d = b.CreateNumpyVector(np.frombuffer(data, dtype=np.uint8)) if data else None
-        _Buf.Start(b)
-        if d is not None:
-            _Buf.AddData(b, d)
-        b_offs.append(_Buf.End(b))
-    cv, sv, bv = (vec(_Model.StartOperatorCodesVector, [code]), vec(_Model.StartSubgraphsVector, [sg]),
-                  vec(_Model.StartBuffersVector, b_offs))
-    _Model.Start(b)
-    _Model.AddVersion(b, 3)
-    _Model.AddOperatorCodes(b, cv)
-    _Model.AddSubgraphs(b, sv)
-    _Model.AddBuffers(b, bv)
-    b.Finish(_Model.End(b), file_identifier=b"TFL3")
-    return bytes(b.Output())
+    return build_model([("x", I8, [1, 2, 2, 3], None, 0, x_q), ("new_shape", I32, [2], None, 1),
+                        ("y", I8, [1, 12], None, 0, y_q)],
+                       [(B.RESHAPE, None, [0, 1], [2])], [0], [2], [b"", np.array([1, 12], dtype=np.int32).tobytes()])
 
 
 def _write(tmp_path, name, x_q, y_q):
