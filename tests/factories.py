@@ -180,3 +180,23 @@ def rewrite_manifest(root, mutate, reseal: bool = True) -> None:
 def seal_of(art: Path) -> str:
     """The artifact's seal, as tune and verify key their records by it."""
     return json.loads((Path(art) / "manifest.json").read_text())["manifest_sha256"]
+
+
+def convert_tiny_text(src: Path, task: str, **request) -> Path:
+    """``src`` (an ONNX over :func:`tiny_tokenizer_json`'s vocabulary, in its own folder) converted to an
+    onnx-int8 artifact of ``task``, one bucket of 8 tokens, calibrated on 120 three-word texts; the
+    artifact is ``src.parent / "art"``. ``request``: more ConvertRequest fields (``postprocess``)."""
+    import itertools
+
+    from edge_runtime.converters.pipeline import convert
+    from edge_runtime.converters.request import ConvertRequest
+
+    root = src.parent
+    (root / "tokenizer.json").write_text(tiny_tokenizer_json())
+    texts = [" ".join(p) for p in itertools.permutations(WORDS[:8], 3)][:120]
+    (root / "cal.txt").write_text("\n".join(texts) + "\n")
+    out = root / "art"
+    convert(ConvertRequest(source=src, out=out, task=task, targets=["onnx-int8"], calibration=root / "cal.txt",
+                           tokenizer=root / "tokenizer.json", buckets=[8],
+                           recipe_overrides={"exclude_gelu_matmuls": False}, probe_samples=0, **request))
+    return out

@@ -7,7 +7,6 @@ An unknown pooling in a manifest was read as "none": [1, seq, dim] flattened int
 seq*dim vector. Both are now stated or refused.
 """
 
-import itertools
 import json
 
 import numpy as np
@@ -16,7 +15,7 @@ import pytest
 import edge_runtime as er
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
-from factories import WORDS, make_artifact, tiny_tokenizer_json
+from factories import WORDS, convert_tiny_text, make_artifact
 
 
 def _tiny_hidden_onnx(path):
@@ -46,18 +45,8 @@ def _tiny_hidden_onnx(path):
 
 def _convert(tmp_path, postprocess):
     pytest.importorskip("onnxruntime")
-    from edge_runtime.converters.pipeline import convert
-    from edge_runtime.converters.request import ConvertRequest
-
     src = _tiny_hidden_onnx(tmp_path / "model.onnx")
-    (tmp_path / "tokenizer.json").write_text(tiny_tokenizer_json())
-    texts = [" ".join(p) for p in itertools.permutations(WORDS[:8], 3)][:120]
-    (tmp_path / "cal.txt").write_text("\n".join(texts) + "\n")
-    out = tmp_path / "art"
-    convert(ConvertRequest(source=src, out=out, task="text-embedding", targets=["onnx-int8"],
-                           calibration=tmp_path / "cal.txt", tokenizer=tmp_path / "tokenizer.json", buckets=[8],
-                           recipe_overrides={"exclude_gelu_matmuls": False}, postprocess=postprocess, probe_samples=0))
-    return src, out
+    return src, convert_tiny_text(src, "text-embedding", postprocess=postprocess)
 
 
 def test_cls_pooling_without_normalisation_is_the_models_first_token_state(tmp_path):

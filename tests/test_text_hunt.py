@@ -1,14 +1,13 @@
 """Text tasks through the user's paths (convert, ``er.load(ART).infer``): answers checked against the
 source model run by hand (onnxruntime on the float ONNX)."""
 
-import itertools
 import json
 
 import numpy as np
 import pytest
 
 import edge_runtime as er
-from factories import WORDS, make_artifact, tiny_tokenizer_json
+from factories import WORDS, convert_tiny_text, make_artifact
 
 
 def _tiny_text_onnx(path, classes: int, softmax: bool):
@@ -43,18 +42,8 @@ def _tiny_text_onnx(path, classes: int, softmax: bool):
 
 def _convert_tiny(tmp_path, classes: int, softmax: bool):
     pytest.importorskip("onnxruntime")
-    from edge_runtime.converters.pipeline import convert
-    from edge_runtime.converters.request import ConvertRequest
-
     src = _tiny_text_onnx(tmp_path / "model.onnx", classes, softmax)
-    (tmp_path / "tokenizer.json").write_text(tiny_tokenizer_json())
-    texts = [" ".join(p) for p in itertools.permutations(WORDS[:8], 3)][:120]
-    (tmp_path / "cal.txt").write_text("\n".join(texts) + "\n")
-    out = tmp_path / "art"
-    convert(ConvertRequest(source=src, out=out, task="text-classification", targets=["onnx-int8"],
-                           calibration=tmp_path / "cal.txt", tokenizer=tmp_path / "tokenizer.json", buckets=[8],
-                           recipe_overrides={"exclude_gelu_matmuls": False}, probe_samples=0))
-    return src, out
+    return src, convert_tiny_text(src, "text-classification")
 
 
 def _fp32_probs(src, rt, text):
