@@ -67,7 +67,9 @@ INPUT_WRONG_DTYPE: Final = _code("input_wrong_dtype", "input",
 INPUT_WRONG_NAMES: Final = _code("input_wrong_names", "input", "The arrays given are not named as the model's inputs.")
 INPUT_NONFINITE: Final = _code("input_nonfinite", "input", "An array holds NaN or infinity.")
 INPUT_OUT_OF_RANGE: Final = _code("input_out_of_range", "input",
-                                  "An array holds values the model's integer type cannot.")
+                                  "An array holds values the model's type cannot: an integer outside its "
+                                  "type, a float past float16/float32's range, a bool input's value other "
+                                  "than 0/1.")
 INPUT_TOO_LARGE: Final = _code("input_too_large", "input", "The request, file, line or image is over its byte limit.")
 INPUT_TOO_LONG: Final = _code("input_too_long", "input", "The text is over the max_text_chars limit.")
 INPUT_TOO_MANY_PIXELS: Final = _code("input_too_many_pixels", "input",
@@ -78,10 +80,12 @@ INPUT_UNDECODABLE: Final = _code("input_undecodable", "input",
                                  "The image is not a decodable PNG, JPEG or BMP, or is truncated.")
 INPUT_BAD_ENCODING: Final = _code("input_bad_encoding", "input", "The text is not valid UTF-8 or Unicode.")
 INPUT_BAD_JSON: Final = _code("input_bad_json", "input",
-                              "A JSON file, line or option value does not parse as expected.")
+                              "A JSON file, line or option value does not parse as expected, or names "
+                              "a key twice.")
 INPUT_BAD_CSV: Final = _code("input_bad_csv", "input", "A CSV input's header or a row cannot be read.")
 INPUT_BAD_FILE: Final = _code("input_bad_file", "input",
-                              "A .npy/.npz input is unreadable or holds more than plain arrays (pickles are refused).")
+                              "A .npy/.npz input is unreadable, holds more than plain arrays (pickles "
+                              "are refused) or holds an array name twice.")
 INPUT_FILE_UNREADABLE: Final = _code("input_file_unreadable", "input",
                                      "An input file cannot be read (permissions, or not a regular file).")
 INPUT_FIELD_MISSING: Final = _code("input_field_missing", "input",
@@ -361,6 +365,20 @@ CONVERT_PARITY_IS_CALIBRATION: Final = _code("convert_parity_is_calibration", "i
 EVAL_NOTHING_SUCCEEDED: Final = _code("eval_nothing_succeeded", "other",
                                       "Every evaluated sample failed with an error: the accuracy measures no "
                                       "prediction (the error's class gives the exit code).", also=_VERDICT_LAYERS)
+
+
+# -- serve: a per-tensor parameter of an extension the server does not implement (shared memory) ------
+SERVE_EXTENSION_UNSUPPORTED: Final = _code("serve_extension_unsupported", "input",
+                                           "The request asks for a protocol extension or tensor parameter this "
+                                           "server does not implement (shared-memory regions, an unknown output "
+                                           "parameter): refused, never answered as if honoured.")
+
+# -- convert: the ONNX source's detector head is another family's than --family states ------------------
+CONVERT_FAMILY_MISMATCH: Final = _code("convert_family_mismatch", "input",
+                                       "The ONNX source's detector head is another family's than --family states "
+                                       "(a YOLOX objectness column read as yolo, say): parity cannot catch it, the "
+                                       "fp32 reference decodes the same wrong way; the message names the family "
+                                       "that fits.")
 
 
 def markdown() -> str:
