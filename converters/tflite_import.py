@@ -3,7 +3,10 @@
 Nothing is converted: the model file is copied and hashed; its input/output
 names, dtypes, shapes and quantization come from the model itself; labels may
 be shifted by a background offset. A model compiled for the Edge TPU becomes
-an ``edgetpu`` variant, any other a ``tflite-int8`` one. Parity is recorded
+an ``edgetpu`` variant, any other a ``tflite-int8`` one (the one target the
+TFLite backend runs: a float model too, its ``quantization`` record saying what
+the graph computes in, ``precision`` ``fp32``, ``fp16``, ``dynamic-range``,
+``int8``, ...; never assumed from the target's name). Parity is recorded
 as not measured: there is no fp32 reference to measure it against. Which
 tasks it imports, the check of the model's tensors and the ``preprocess`` /
 ``postprocess`` sections come from the task contract (``Task.importable``,
@@ -57,6 +60,7 @@ from edge_runtime.errors import ArtifactError, InputError
 from edge_runtime.models.image_import import image_preprocess  # noqa: F401 (re-exported: tests, callers)
 
 from .import_common import importable_task, prepare, write_artifact  # noqa: F401 (importable_task re-exported)
+from .tflite_head import head_columns
 
 
 def _spec(detail: dict, *, role: str = "input/output", file: str | None = None) -> dict:
@@ -116,7 +120,53 @@ def read_model(path: Path) -> dict:
         except Exception:  # noqa: BLE001 - an Edge TPU op, say: keep what the model declares
             pass
     return {"inputs": inputs, "outputs": outputs, "ops": ops, "format": "tflite", "edgetpu": is_edgetpu_model(path),
-            "argmax_classes": _argmax_classes(interp)}
+            "argmax_classes": _argmax_classes(interp), "head_columns": head_columns(interp),
+            "precision": _precision(interp)}
+
+
+# the ops that take weights (input 1): what they compute in is the model's precision
+_WEIGHTED_OPS = {"CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "CONV_3D", "FULLY_CONNECTED", "BATCH_MATMUL"}
+
+
+def _precision(interp) -> dict:
+    """What the model computes in, from its graph: ``compute`` (the dtypes the weighted ops,
+    convolutions and fully connected, write), ``weights`` (their constant weights' dtypes, through
+    a DEQUANTIZE: float16 weights) and ``precision``: ``int8``/``int16x8`` (quantized activations),
+    ``dynamic-range`` (int8 weights, float activations), ``fp16`` (float16 weights), ``fp32``, else
+    ``mixed``; ``unread`` where the graph cannot be read. Without weighted ops, the dtypes every op
+    writes decide."""
+    try:
+        tensors = {int(d["index"]): d for d in interp.get_tensor_details()}
+        ops = interp._get_ops_details()
+        writer = {int(o): op for op in ops for o in op["outputs"]}
+
+        def dtype(i: int) -> str:
+            return np.dtype(tensors[i]["dtype"]).name
+
+        weighted = [op for op in ops if op["op_name"] in _WEIGHTED_OPS]
+        compute = {dtype(int(o)) for op in (weighted or ops) for o in op["outputs"] if int(o) in tensors}
+        compute -= {"int32", "int64", "bool"}       # indices, shapes, counts: no precision
+        weights = set()
+        for op in weighted:
+            w = int(op["inputs"][1]) if len(op["inputs"]) > 1 else -1
+            src = writer.get(w)
+            if src is not None and src["op_name"] == "DEQUANTIZE" and src["inputs"]:
+                w = int(src["inputs"][0])
+            if w in tensors and w not in writer:
+                weights.add(dtype(w))
+    except Exception:  # noqa: BLE001 - a graph the private op listing cannot read: not judged
+        return {"precision": "unread", "compute": [], "weights": []}
+    floats, ints = {"float32", "float16"}, {"int8", "uint8"}
+    if compute and compute <= ints:
+        precision = "int8"
+    elif compute and compute <= ints | {"int16"}:
+        precision = "int16x8"
+    elif compute and compute <= floats:
+        precision = ("dynamic-range" if weights & ints else "fp16" if weights == {"float16"}
+                     else "fp32" if weights <= {"float32"} else "mixed")
+    else:
+        precision = "mixed" if compute else "unread"
+    return {"precision": precision, "compute": sorted(compute), "weights": sorted(weights)}
 
 
 def _argmax_classes(interp) -> dict:
@@ -156,6 +206,26 @@ def _edgetpu_summary(model: Path) -> dict | None:
     return {k: r[k] for k in keep}
 
 
+def _quantization(info: dict, target: str) -> dict:
+    """The variant's ``quantization`` record, what the graph computes in (:func:`_precision`), never
+    assumed from the target: a float model runs under ``tflite-int8``, the one target the TFLite
+    backend loads (``devices.tflite_backend``), recorded as the float model it is."""
+    io = "/".join(sorted({s["dtype"] for s in info["inputs"] + info["outputs"]})) + " I/O"
+    p = info.get("precision") or {"precision": "unread", "compute": [], "weights": []}
+    precision = p["precision"]
+    weights = "/".join(p["weights"]) + " (as in the model)" if p["weights"] else "as in the model"
+    compute = "/".join(p["compute"])
+    if precision in ("fp32", "fp16"):
+        return {"scheme": f"float (not quantized{', float16 weights' if precision == 'fp16' else ''})",
+                "weights": weights, "activations": f"{compute or 'float32'}; {io}", "precision": precision,
+                "note": f"a float model under target {target} (the target the TFLite backend runs): no int8 in it"}
+    if precision == "dynamic-range":
+        return {"scheme": "imported: dynamic-range quantization (int8 weights, float activations)",
+                "weights": weights, "activations": f"{compute}; {io}", "precision": precision}
+    return {"scheme": "imported (as quantized by its producer)", "weights": weights,
+            "activations": f"{compute}; {io}" if compute else io, "precision": precision}
+
+
 def import_tflite(model: Path, out: Path, *, task: str = "image-classification", labels: Path | None = None,
                   label_offset: int = 0, name: str | None = None, version: str = "1", force: bool = False,
                   resize: str | None = None, scale=None, mean=None, std=None, **options) -> dict:
@@ -173,10 +243,7 @@ def import_tflite(model: Path, out: Path, *, task: str = "image-classification",
                   read=lambda path, warnings: read_model(path))
     info = job["info"]
     target = "edgetpu" if info["edgetpu"] else "tflite-int8"
-    weights = sorted({s["dtype"] for s in info["inputs"] + info["outputs"]})
-    variant: dict = {"quantization": {"scheme": "imported (as quantized by its producer)",
-                                      "weights": "as in the model", "activations": "/".join(weights) + " I/O"},
-                     "toolchain": {"imported_ops": len(info["ops"])}}
+    variant: dict = {"quantization": _quantization(info, target), "toolchain": {"imported_ops": len(info["ops"])}}
     report = _edgetpu_summary(job["model"])
     if report is not None:
         variant["edgetpu_report"] = report

@@ -1,8 +1,9 @@
 """Whether a detector's graph shows the head its family decodes (checked at ``import``).
 
 ``converters.onnx_head`` reads, from an ONNX graph, which branch writes each column
-of the output; :func:`head_mismatch` compares that with the family the import
-resolved. The shapes alone cannot tell the heads apart: YOLOX's ``[1, N, 85]`` (raw
+of the output (``converters.tflite_head`` from a TFLite graph, by the same walk);
+:func:`head_mismatch` compares that with the family the import resolved. The shapes
+alone cannot tell the heads apart: YOLOX's ``[1, N, 85]`` (raw
 box offsets, an objectness column, 80 classes) read as ``yolo`` gives 81 "classes"
 and garbage boxes; a YOLOv8 head (boxes decoded in the graph) read as ``yolox`` is
 decoded twice.
@@ -12,23 +13,32 @@ from __future__ import annotations
 
 
 def _head_evidence(segments: list) -> dict | None:
-    """What a head's column segments (``converters.onnx_head``: ``[[width, kind], ...]``) show:
+    """What a head's column segments (``converters.onnx_head``: ``[[width, kind(, cut)], ...]``) show:
     ``boxes`` raw/decoded (the branch that writes columns 0..3, its own), ``objectness`` True
-    (column 4 its own one-column branch, classes after it), False (one branch for every column
-    after the boxes) or None (cannot tell). None where the boxes are not a branch of their own."""
+    (column 4 its own one-column branch, classes after it; or, ``shared``, the columns after the
+    boxes cut at offset 4 out of one branch as wide as the head: YOLOv5's one Sigmoid over
+    box, objectness and classes), False (one branch of its own for every column after the boxes:
+    YOLOv8's classes) or None (cannot tell: a piece cut elsewhere out of a wider branch, say).
+    None where the boxes are not a branch of their own."""
     edges, at = [], 0
-    for w, _ in segments:
-        at += int(w)
+    for seg in segments:
+        at += int(seg[0])
         edges.append(at)
     if 4 not in edges or edges[-1] <= 5:
         return None
     k = edges.index(4) + 1
-    kinds = {kind for _, kind in segments[:k]}
+    kinds = {seg[1] for seg in segments[:k]}
     boxes = "raw" if kinds == {"raw"} else "decoded" if kinds == {"decoded"} else None
     rest = segments[k:]
-    objectness = (True if len(rest) > 1 and int(rest[0][0]) == 1 and rest[0][1] in ("sigmoid", "raw")
-                  else False if len(rest) == 1 else None)
-    return {"boxes": boxes, "objectness": objectness, "width": edges[-1]}
+    shared = False
+    if len(rest) == 1 and len(rest[0]) > 2:     # cut out of a wider branch: not a branch of its own
+        whole, offset = (int(v) for v in rest[0][2])
+        shared = whole == edges[-1] and offset == 4
+        objectness = True if shared else None
+    else:
+        objectness = (True if len(rest) > 1 and int(rest[0][0]) == 1 and rest[0][1] in ("sigmoid", "raw")
+                      else False if len(rest) == 1 else None)
+    return {"boxes": boxes, "objectness": objectness, "shared": shared, "width": edges[-1]}
 
 
 def head_mismatch(family: str, params: dict, columns: dict | None) -> str | None:
@@ -46,7 +56,7 @@ def head_mismatch(family: str, params: dict, columns: dict | None) -> str | None
     width, out = ev["width"], params.get("output")
     where = f"output {out!r}: the graph writes"
     if family == "yolo":
-        if ev["boxes"] == "raw" and ev["objectness"]:
+        if ev["boxes"] == "raw" and ev["objectness"] and not ev["shared"]:
             return (f"{where} raw box offsets (a Conv, not decoded in the graph), then an objectness column "
                     f"of its own, then class scores: this looks like a YOLOX head (objectness column / "
                     f"{width} = 5 + {width - 5}); the yolo decoder would read the offsets as boxes"
@@ -57,8 +67,11 @@ def head_mismatch(family: str, params: dict, columns: dict | None) -> str | None
                     f"decoded cx, cy, w, h: export the model with its box decoding, or use the family whose "
                     f"decoder this is (--family yolox for a YOLOX head)")
         if ev["objectness"] and not params.get("objectness"):
-            return (f"{where} decoded boxes, then an objectness column of its own, then class scores "
-                    f"({width} = 5 + {width - 5}); the yolo decoder would read the objectness as a class "
+            what = (f"then objectness and class scores cut from the one branch its boxes are decoded from, "
+                    f"columns 4..{width} (a YOLOv5-style head: {width} = 4 + 1 objectness + {width - 5} classes)"
+                    if ev["shared"] else
+                    f"then an objectness column of its own, then class scores ({width} = 5 + {width - 5})")
+            return (f"{where} decoded boxes, {what}; the yolo decoder would read the objectness as a class "
                     f"({width - 4} classes): state --postprocess '{{\"objectness\": true}}'")
         if ev["objectness"] is False and params.get("objectness"):
             return (f"{where} boxes, then one branch of {width - 4} class scores: no objectness column "

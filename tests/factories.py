@@ -200,3 +200,23 @@ def convert_tiny_text(src: Path, task: str, **request) -> Path:
                            tokenizer=root / "tokenizer.json", buckets=[8],
                            recipe_overrides={"exclude_gelu_matmuls": False}, probe_samples=0, **request))
     return out
+
+
+def import_detector(model, out, **kw) -> dict:
+    """``import_model`` of an object detector (the head guard's tests)."""
+    from edge_runtime.converters.import_common import import_model
+
+    return import_model(model, out, task="object-detection", **kw)
+
+
+def refused_detector_import(model, out, **kw) -> str:
+    """The message of an ``import_family_mismatch`` refusal of :func:`import_detector` (nothing written)."""
+    import pytest
+
+    import edge_runtime as er
+
+    with pytest.raises(er.InputError) as ei:
+        import_detector(model, out, **kw)
+    assert ei.value.code == "import_family_mismatch", ei.value
+    assert not out.exists()
+    return str(ei.value)

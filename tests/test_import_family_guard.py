@@ -21,6 +21,7 @@ from click.testing import CliRunner
 import edge_runtime as er
 from conftest import shared
 from edge_runtime.cli import main
+from factories import import_detector, refused_detector_import
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -45,18 +46,7 @@ def _bus():
     return str(shared("detection", "images", "bus.jpg"))
 
 
-def _import(model, out, **kw):
-    from edge_runtime.converters.import_common import import_model
-
-    return import_model(model, out, task="object-detection", **kw)
-
-
-def _refused(model, out, **kw) -> str:
-    with pytest.raises(er.InputError) as ei:
-        _import(model, out, **kw)
-    assert ei.value.code == FAMILY_MISMATCH, ei.value
-    assert not out.exists()
-    return str(ei.value)
+_import, _refused = import_detector, refused_detector_import
 
 
 def _yolox_decoded_in_graph(src, dst, hw=416, strides=(8, 16, 32)):
