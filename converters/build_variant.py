@@ -17,7 +17,7 @@ from . import parity
 from .base import BucketBuild, BucketIO, BuildContext, Converter
 from .parity_trials import Measured, Reference, measure_target
 from .registry import ConversionFailed, ConverterInvalid, get_converter
-from .request import AUTO, ConvertRequest, fingerprint, recipe_for, toolchain
+from .request import AUTO, ConvertRequest, data_name, fingerprint, recipe_for, toolchain
 
 if TYPE_CHECKING:
     from edge_runtime.models.base import Task
@@ -37,6 +37,7 @@ class Samples:
     held: list      # held-out parity samples
     data: str       # what the held-out samples are, for the parity record
     policy: dict    # the sample-count policy record (request.sample_policy)
+    left_out: str = ""  # what of --calibration was left out (unusable, repeated inputs), for the record
 
 
 @dataclass
@@ -101,7 +102,8 @@ def build_target(job: Job, converter: Converter, target: str, samples: Samples, 
         builds.append(build)
     quant = dict(next((b.quantization for b in builds if b.quantization), {}))   # the first bucket's
     quant["calibration"] = {"samples": len(samples.calib), "fingerprint": fingerprint(samples.calib),
-                            "source": Path(job.req.calibration).name, **policy_fields(samples.policy, "calibration")}
+                            "source": data_name(job.req.calibration), **policy_fields(samples.policy, "calibration"),
+                            **({"left_out": samples.left_out} if samples.left_out else {})}
     parity_files = [str(b.parity_model) for b in builds if b.parity_model is not None]
     if parity_files and (len(parity_files) != len(builds) or not converter.fallback_target):
         raise ConverterInvalid(f"{target}: a parity_model needs one per bucket and the converter's "

@@ -4,7 +4,9 @@ source's manifest record (with the opset upgrade's check)."""
 
 from __future__ import annotations
 
+import hashlib
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 from edge_runtime.artifact import sha256_file
@@ -14,7 +16,7 @@ from edge_runtime.limits import DEFAULT_LIMITS
 
 from .build_variant import Fp32Bucket, Job, Samples
 from .onnx_io import QDQ_MIN_OPSET, io_specs, static_dims, upgrade_opset
-from .request import ConvertRequest, fills_preprocess, sample_policy, task_of
+from .request import ConvertRequest, data_name, fills_preprocess, sample_policy, task_of
 
 # a detector's --preprocess keys as the family defaults' option names (models.object_detection.family_input,
 # import's); size, channels, layout and input are the source input's unless stated
@@ -140,40 +142,130 @@ def defaults_line(pre: dict) -> str | None:
 
 def split_samples(job: Job, task_ref, progress) -> Samples:
     """Calibration and held-out samples: --parity-data, else a seeded split of --calibration;
-    counted (what the task can prepare) and judged by the sample-count policy."""
+    counted (what the task can prepare) and judged by the sample-count policy.
+
+    Only samples the task can prepare are kept (a corrupt image, a macOS ``._x.png``, an empty
+    line calibrated nothing and parity skipped it, yet both were counted in the manifest's
+    ``calibration.samples`` and the held-out split), and each input the model would see once: two
+    files with the same pixels (a copy under another name, a ``.ipynb_checkpoints`` twin) are one
+    sample, never one calibrated on and its twin "held out". What is left out is said in a
+    warning and in ``parity.data``."""
     req = job.req
     progress("loading calibration and held-out samples")
-    samples = _load_samples(job.task_cls, req.calibration, "--calibration")
-    order = list(range(len(samples)))
+    cal = _pool(task_ref, _load_samples(job.task_cls, req.calibration, "--calibration"), "--calibration",
+                "calibration", progress)
+    order = list(range(len(cal.samples)))
     random.Random(req.seed).shuffle(order)
     if req.parity_data:
-        held = _load_samples(job.task_cls, req.parity_data, "--parity-data")
-        calib = [samples[i] for i in order][: req.max_calibration]
-        held, seen = _not_calibrated(held, calib, progress)
-        data = f"{Path(req.parity_data).name} ({len(held)} samples{seen})"
+        _not_the_calibration_path(req)
+        par = _pool(task_ref, _load_samples(job.task_cls, req.parity_data, "--parity-data"), "--parity-data",
+                    "held-out parity", progress)
+        used = order[: req.max_calibration]
+        calib = [cal.samples[i] for i in used]
+        held, seen = _not_calibrated(par, {cal.keys[i] for i in used}, progress)
+        data = f"{data_name(req.parity_data)} ({len(held)} samples{par.note}{seen})"
     else:
-        n_held = max(1, int(round(len(samples) * req.heldout_fraction)))
-        if len(samples) - n_held < 1:
+        n_held = max(1, int(round(len(cal.samples) * req.heldout_fraction)))
+        if len(cal.samples) - n_held < 1:
             raise InputError("calibration data too small to hold samples out", code=ec.CONVERT_CALIBRATION_SMALL)
-        held = [samples[i] for i in order[:n_held]]
-        calib = [samples[i] for i in order[n_held:]][: req.max_calibration]
-        data = f"held-out split of {Path(req.calibration).name} ({len(held)} of {len(samples)})"
-    n_calib, _ = _usable(task_ref, calib, "calibration")
-    n_held, _ = _usable(task_ref, held, "held-out parity")
-    return Samples(calib, held, data, sample_policy(req, n_calib, n_held, progress))
+        held = [cal.samples[i] for i in order[:n_held]]
+        calib = [cal.samples[i] for i in order[n_held:]][: req.max_calibration]
+        data = f"held-out split of {data_name(req.calibration)} ({len(held)} of {len(cal.samples)}{cal.note})"
+    return Samples(calib, held, data, sample_policy(req, len(calib), len(held), progress),
+                   cal.note.removeprefix("; "))
 
 
-def _not_calibrated(held: list, calib: list, progress) -> tuple[list, str]:
-    """The --parity-data samples that are not also calibration samples (byte for byte), and what
-    the parity record says of the ones left out. Parity on data the quantizer calibrated on is not
-    held-out parity (its activation ranges were fitted to exactly those inputs): a --parity-data
-    that is the calibration data is refused, one that shares some samples with it is measured on
-    the others, said in a warning and in the record. (A split of --calibration holds distinct
-    positions of one file; its duplicates, constant test data say, are the data's own.)"""
-    from .request import fingerprint
+@dataclass(frozen=True)
+class _Pool:
+    """The samples of one path the model can take, each distinct input once, in load order."""
+    samples: list
+    keys: list[str]     # per sample: what the model is fed for it (bucket and feeds), hashed
+    note: str           # what was left out, for the parity record ("" when nothing)
 
-    seen = {fingerprint([s]) for s in calib}
-    kept = [s for s in held if fingerprint([s]) not in seen]
+
+def _pool(task, raws: list, option: str, what: str, progress) -> _Pool:
+    """``raws`` less the samples the task cannot prepare and the repeats of an input already
+    kept (the same feeds in the same bucket: the same bytes under another name, or another
+    encoding of the same pixels), with a warning for each kind; none usable is an InputError
+    quoting why the first failed (as before)."""
+    _one_image_as_a_batch(raws, option)
+    samples, keys, seen = [], [], set()
+    unusable, why, repeats = 0, None, 0
+    for raw in raws:
+        try:
+            prep = task.prepare(raw, DEFAULT_LIMITS)
+        except EdgeRuntimeError as exc:
+            unusable += 1
+            why = why or exc.message
+            continue
+        key = _feeds_key(prep.bucket, prep.feeds)
+        if key in seen:
+            repeats += 1
+            continue
+        seen.add(key)
+        samples.append(raw)
+        keys.append(key)
+    if not samples:
+        raise InputError(f"none of the {len(raws)} {what} samples fits the model: {why}",
+                         code=ec.CONVERT_CALIBRATION_INVALID)
+    notes = []
+    if unusable:
+        progress(f"warning: {unusable} of the {len(raws)} {option} samples cannot be prepared for the model and are "
+                 f"left out (the first: {str(why)[:200]})")
+        notes.append(f"{unusable} the model cannot take")
+    if repeats:
+        progress(f"warning: {repeats} of the {len(raws)} {option} samples repeat an input already there (the same "
+                 "pre-processed feeds) and are left out: each input counts once")
+        notes.append(f"{repeats} repeats")
+    return _Pool(samples, keys, f"; {' and '.join(notes)} left out" if notes else "")
+
+
+def _feeds_key(bucket: int, feeds: dict) -> str:
+    """What the model is fed for a sample, hashed: its bucket and every feed's name, dtype, shape and bytes."""
+    import numpy as np
+
+    h = hashlib.sha256(f"{bucket}".encode())
+    for name in sorted(feeds, key=str):
+        a = np.ascontiguousarray(feeds[name])
+        h.update(f"\x00{name}:{a.dtype.str}:{list(a.shape)}\x01".encode("utf-8"))
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _one_image_as_a_batch(raws: list, option: str) -> None:
+    """A ``.npy`` of one H×W×C image read as a batch: each of its H rows (W×3 values) became a
+    W×3 grayscale "image", H of them calibrated and counted. Refused: image samples whose last
+    axis is 3 or 4 values wide are an image's colour channels, not a row of pixels."""
+    import numpy as np
+
+    if raws and all(isinstance(r, np.ndarray) and r.ndim == 2 and r.shape[1] in (3, 4) for r in raws) \
+            and raws[0].shape[0] > 4:
+        h, c = len(raws), raws[0].shape[1]
+        raise InputError(f"{option}: the .npy holds one {h}x{raws[0].shape[0]}x{c} image, not a batch of images "
+                         f"(it would be read as {h} grayscale images {c} pixels wide); save a batch: "
+                         "numpy.save(F, numpy.stack([image, ...]))", code=ec.CONVERT_CALIBRATION_INVALID)
+
+
+def _not_the_calibration_path(req: ConvertRequest) -> None:
+    """--parity-data naming the --calibration file or folder (through ./, a trailing slash or a
+    link) is refused whatever the sample cap leaves uncalibrated."""
+    if req.parity_data is not None and Path(req.parity_data).resolve() == Path(req.calibration).resolve():
+        raise InputError(f"--parity-data {req.parity_data} is the --calibration data ({req.calibration}): each of its "
+                         "samples is also a calibration sample, and parity measured on the data the quantizer "
+                         "calibrated on is not held-out parity; give "
+                         "held-out samples (or leave --parity-data out to hold out a split of --calibration)",
+                         code=ec.CONVERT_PARITY_IS_CALIBRATION)
+
+
+def _not_calibrated(par: _Pool, calibrated: set[str], progress) -> tuple[list, str]:
+    """The --parity-data samples that are not also calibration samples (the same input to the
+    model: byte-equal, or the same pixels in another file), and what the parity record says of
+    the ones left out. Parity on data the quantizer calibrated on is not held-out parity (its
+    activation ranges were fitted to exactly those inputs): a --parity-data that is the
+    calibration data is refused, one that shares some samples with it is measured on the
+    others, said in a warning and in the record."""
+    kept = [s for s, k in zip(par.samples, par.keys) if k not in calibrated]
+    held = par.samples
     dropped = len(held) - len(kept)
     if not dropped:
         return held, ""

@@ -101,14 +101,23 @@ def _sample_bytes(s) -> bytes:
             a = np.ascontiguousarray(s[k])
             parts.append(f"{k}:{a.dtype.str}:{list(a.shape)}".encode("utf-8") + b"\x01" + a.tobytes())
         return b"\x02".join(parts)
+    if hasattr(s, "dtype") and hasattr(s, "shape") and hasattr(s, "tobytes"):   # an array: its dtype and shape count
+        import numpy as np
+
+        a = np.ascontiguousarray(s)
+        return f"{a.dtype.str}:{list(a.shape)}".encode("utf-8") + b"\x01" + a.tobytes()
     return s.tobytes() if hasattr(s, "tobytes") else bytes(s)
 
 
 def fingerprint(samples) -> str:
+    """The calibration samples' identity (the manifest's ``calibration.fingerprint``): each sample's
+    bytes after its length, so no two sample lists share one (["a\\x00", "b"] and ["a", "\\x00b"]
+    did, and an 8x8 image array the same 64 bytes as a 64-wide row)."""
     h = hashlib.sha256()
     for s in samples:
-        h.update(_sample_bytes(s))
-        h.update(b"\x00")
+        b = _sample_bytes(s)
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
     return h.hexdigest()
 
 
@@ -304,3 +313,10 @@ def toolchain(converter: Converter) -> dict:
     tc = {"edge-runtime": __version__, "python": platform.python_version(), "numpy": numpy.__version__}
     tc.update(converter.toolchain())
     return tc
+
+
+def data_name(path) -> str:
+    """A data path as the parity record names it: its own name, also when given as ``.`` or ``..``
+    (``Path(".").name`` is empty: the record said " (20 samples)", naming nothing)."""
+    p = Path(path)
+    return p.name if p.name not in ("", ".", "..") else (p.resolve().name or str(p.resolve()))

@@ -230,12 +230,15 @@ def to_tensor(img, pre: dict, spec: dict, plan=None) -> np.ndarray:
 
 
 def load_image_samples(path) -> list:
-    """An image folder (recursive, sorted) or a .npy of uint8 images."""
+    """An image folder (recursive, sorted; dot-files and dot-folders skipped, as ``score`` skips
+    them: a ``.ipynb_checkpoints`` copy or a macOS ``._x.png`` is no sample) or a .npy (any case)
+    of uint8 images."""
     p = Path(path)
-    if p.is_file() and p.suffix == ".npy":
+    if p.is_file() and p.suffix.lower() == ".npy":
         arr = np.load(p, allow_pickle=False)
         return [a for a in arr]
-    files = sorted(f for f in p.rglob("*") if f.suffix.lower() in (".png", ".jpg", ".jpeg", ".bmp"))
+    files = sorted(f for f in p.rglob("*") if f.suffix.lower() in (".png", ".jpg", ".jpeg", ".bmp")
+                   and not any(part.startswith(".") for part in f.relative_to(p).parts))
     if not files:
         raise ValueError(f"no PNG/JPEG/BMP images under {p}")
     return [f.read_bytes() for f in files]
