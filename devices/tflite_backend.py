@@ -24,9 +24,10 @@ import threading
 from pathlib import Path
 
 from edge_runtime import error_codes as ec
-from edge_runtime.errors import DeviceError
+from edge_runtime.errors import ArtifactError, DeviceError
 
 from .base import Capabilities, DeviceBackend, DeviceSession, Option, Pool, Suitability, check_io, threads_option
+from .edgetpu_delegate import EDGETPU_OP, edgetpu_placement, load_edgetpu_delegate
 
 EDGETPU_OP = b"edgetpu-custom-op"
 log = logging.getLogger("edge_runtime.tflite")
@@ -171,8 +172,10 @@ class TfliteSession(DeviceSession):
     static-shape XNNPACK invoke cannot stall. Edge TPU sessions default to the pool: a USB
     device can."""
 
-    def __init__(self, model_path: Path, bucket: dict, options, mod, device="tflite:cpu", delegate_factory=None):
+    def __init__(self, model_path: Path, bucket: dict, options, mod, device="tflite:cpu", delegate_factory=None,
+                 placement: dict | None = None):
         super().__init__(bucket, device)
+        self.placement = placement
         self._mod, self.package = mod, _package_of(mod)
         self._path = str(model_path)
         self._threads = options.get("threads") or os.cpu_count() or 1
@@ -194,6 +197,8 @@ class TfliteSession(DeviceSession):
                 interp = self._mod.Interpreter(**kw)
                 interp.allocate_tensors()
             except (RuntimeError, ValueError) as exc:
+                if self._delegate_factory is not None:     # the Edge TPU's interpreter: typed, here and mid-call
+                    raise _edgetpu_interpreter_error(exc, Path(self._path).name) from None
                 # XNNPACK takes most int8 graphs but refuses some ops (NanoDet's 5-D channel-shuffle
                 # transposes): the built-in kernels run the same model, slower, never differently
                 resolver = getattr(self._mod, "OpResolverType", None)
@@ -226,10 +231,24 @@ class TfliteSession(DeviceSession):
     def info(self) -> dict:
         return {"package": self.package, "threads": None if self._delegate_factory else self._threads,
                 "inline": self.inline, "xnnpack": self.xnnpack,
-                "interpreters": self._pool.size, "delegate": self.device if self._delegate_factory else None}
+                "interpreters": self._pool.size, "delegate": self.device if self._delegate_factory else None,
+                **({"placement": self.placement} if self._delegate_factory else {})}
 
     def _release(self) -> None:
         self._pool.close()      # a call waiting for an interpreter gets SessionClosed, never waits on
+
+
+def _edgetpu_interpreter_error(exc: Exception, name: str) -> DeviceError:
+    """LiteRT's refusal of a compiled model with the delegate given, as the operator's DeviceError."""
+    text = " ".join(str(exc).split())
+    if "runtime version" in text:
+        return DeviceError(f"libedgetpu is older than the edgetpu_compiler that built {name} ({text}): update "
+                           "libedgetpu (Coral's libedgetpu1-std), or compile with a matching compiler",
+                           code=ec.DEVICE_LOAD_FAILED)
+    if "unresolved custom op" in text:
+        return DeviceError(f"the delegate loaded does not run {EDGETPU_OP.decode()} ({text}): the delegate "
+                           "library is not libedgetpu", code=ec.DEVICE_LOAD_FAILED)
+    return DeviceError(f"the Edge TPU interpreter refused {name}: {text}", code=ec.DEVICE_LOAD_FAILED)
 
 
 def _package_of(mod) -> str:
@@ -318,10 +337,11 @@ class EdgeTpuBackend(_LiteRt):
     def parse_device(self, device):
         if device is None:
             return None
-        kind, _, index = device.partition(":")
-        if kind not in ("usb", "pci") or (index and not index.isdigit()):
+        kind, sep, index = device.partition(":")
+        # "usb:" (an empty index) and "usb:01" reached libedgetpu as given: one device under several names
+        if kind not in ("usb", "pci") or (sep and not (index.isascii() and index.isdigit())):
             raise ValueError(f"unknown edgetpu device {device!r} (usb[:N], pci[:N])")
-        return device
+        return f"{kind}:{int(index)}" if sep else kind
 
     def missing(self, facts: dict) -> str | None:
         return None if facts["tpus"] else "no Edge TPU found (no Coral USB device, no /dev/apex_*)"
@@ -340,16 +360,23 @@ class EdgeTpuBackend(_LiteRt):
         return Suitability("accelerator", where, f"Edge TPU present ({_tpus_text(tpus)})")
 
     def open(self, model_path, bucket, sub, options):
+        if not is_edgetpu_model(model_path):
+            # the delegate claims only edgetpu-custom-op nodes: every op of this model would run on the
+            # CPU while the results said edgetpu
+            raise ArtifactError(f"{model_path.name} is in an edgetpu variant but is not compiled for the Edge TPU "
+                                "(no edgetpu-custom-op): the delegate would run none of it and every op on the "
+                                "CPU; compile it with edgetpu_compiler, or import it as a tflite-int8 variant",
+                                file=str(model_path), code=ec.ARTIFACT_INVALID)
+        placement = edgetpu_placement(model_path)
+        if placement is not None and not placement["edgetpu_segments"]:     # the bytes, but no such op
+            raise ArtifactError(f"{model_path.name} holds the text edgetpu-custom-op but no operator of that "
+                                f"name: all {placement['cpu_ops']} ops would run on the CPU; it is not an Edge "
+                                "TPU compiled model", file=str(model_path), code=ec.ARTIFACT_INVALID)
         lib = options.get("delegate_library") or delegate_library()
         mod = self.vendor()
-        delegate_opts = {"device": sub} if sub else {}
-
-        def factory():
-            try:
-                return mod.load_delegate(lib, delegate_opts)
-            except (ValueError, OSError, RuntimeError) as exc:
-                raise DeviceError(f"cannot load the Edge TPU delegate {lib} ({exc}): is libedgetpu installed "
-                                  "and the device plugged in?", code=ec.DEVICE_DELEGATE_MISSING) from None
-
+        # one delegate per session, loaded now (a failure is the load's, never a later call's) and shared by
+        # the session's pooled interpreters: one per interpreter opened the same Edge TPU again for each, which
+        # some libedgetpu versions refuse while the first holds it
+        delegate = load_edgetpu_delegate(mod, lib, sub)
         return TfliteSession(model_path, bucket, options, mod, device=f"{self.name}:{sub or 'auto'}",
-                             delegate_factory=factory)
+                             delegate_factory=lambda: delegate, placement=placement)

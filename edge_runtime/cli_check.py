@@ -2,7 +2,9 @@
 
 - ``--target edgetpu``: per-op Edge TPU compatibility, the TPU/CPU split, the
   first unsupported op, parameter size against the on-chip memory.
-- ``--target tflite-int8``: the inspection summary and whether the graph is all-int8.
+- ``--target tflite-int8``: the inspection summary and whether the graph is all-int8; a model LiteRT
+  cannot run on a CPU at all (compiled for the Edge TPU, a custom op with no LiteRT kernel, Flex ops)
+  is not, whatever its dtypes.
 
 Exit codes: 0 fully mappable / all-int8 (and loadable), 1 not (the report is still printed),
 3 unreadable or malformed model (``ArtifactError``).
@@ -16,6 +18,26 @@ import sys
 import click
 
 from .cli_common import _guard
+
+
+# custom ops LiteRT's built-in resolver has kernels for (tensorflow/lite/kernels/register.cc)
+LITERT_CUSTOM_OPS = frozenset({"TFLite_Detection_PostProcess", "Mfcc", "AudioSpectrogram"})
+
+
+def cpu_blockers(summary: dict) -> list[str]:
+    """Why LiteRT on a CPU (the ``tflite-int8`` target) cannot run the model at all, whatever its dtypes:
+    an Edge TPU compiled model (its ``edgetpu-custom-op`` runs only through libedgetpu), a custom op
+    with no LiteRT kernel, a Flex op (TensorFlow kernels: no Flex delegate in LiteRT)."""
+    out = []
+    if summary.get("edgetpu_compiled"):
+        out.append("compiled for the Edge TPU: its edgetpu-custom-op runs only through libedgetpu on an Edge TPU, "
+                   "never on the CPU (check it with --target edgetpu; use the uncompiled model for tflite-int8)")
+    other = [c for c in summary.get("custom_ops") or () if c != "edgetpu-custom-op" and c not in LITERT_CUSTOM_OPS]
+    if other:
+        out.append(f"custom op(s) with no LiteRT kernel: {', '.join(other)}")
+    if summary.get("flex_ops"):
+        out.append(f"Flex (TensorFlow) op(s), which LiteRT cannot run: {', '.join(summary['flex_ops'])}")
+    return out
 
 
 def _mib(n: int) -> str:
@@ -42,7 +64,7 @@ def _print_edgetpu(model: str, ins: dict, rep: dict) -> None:
     click.echo(f"verdict: {rep['verdict']}")
 
 
-def _print_int8(model: str, ins: dict) -> None:
+def _print_int8(model: str, ins: dict, blockers: list[str]) -> None:
     s = ins["summary"]
     click.echo(f"model: {model} ({_mib(ins['size_bytes'])}, {ins['subgraph_count']} subgraph(s), {s['op_count']} ops)")
     for name, n in s["op_counts"].items():
@@ -70,6 +92,10 @@ def _print_int8(model: str, ins: dict) -> None:
         kind = "variable state " if bad[0].get("variable") else ("constant " if bad[0]["constant"] else "")
         extra = f" (e.g. {kind}{bad[0]['name'] or '#' + str(bad[0]['tensor'])} is {bad[0]['dtype']})"
     click.echo(f"all-int8: {'yes' if s['all_int8'] else 'no'}{extra}")
+    for b in blockers:
+        click.echo(f"error: {b}")
+    if blockers:
+        click.echo("verdict: cannot run on the tflite-int8 target (LiteRT on a CPU)")
 
 
 @click.command()
@@ -102,11 +128,13 @@ def check(model, target, as_json):
         else:
             _print_edgetpu(model, ins, rep)
     else:
-        ok = ins["summary"]["all_int8"] and not ins["summary"]["quantization_errors"]
+        blockers = cpu_blockers(ins["summary"])
+        ok = ins["summary"]["all_int8"] and not ins["summary"]["quantization_errors"] and not blockers
         if as_json:
-            click.echo(json.dumps({"model": model, "target": target, "inspection": ins}, indent=2))
+            click.echo(json.dumps({"model": model, "target": target, "ok": bool(ok), "blockers": blockers,
+                                   "inspection": ins}, indent=2))
         else:
-            _print_int8(model, ins)
+            _print_int8(model, ins, blockers)
     sys.stdout.flush()
     if not ok:
         click.get_current_context().exit(1)
