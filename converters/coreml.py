@@ -28,7 +28,22 @@ for a TorchScript source (``w8a8`` cannot be prepared from one).
 Parity: Core ML predicts only on macOS. There the pipeline measures it like
 every target; elsewhere it is recorded as not measured with the reason, and
 for ``w8a8`` the fake-quantized torch model's parity is measured and labelled
-as such (``parity.measured_on``).
+as such (``parity.measured_on``). That stand-in computes in float32 between its
+quantize/dequantize (``quantization.parity_precision`` says so); it is compared
+with the finalized model that is converted (``fake_quant_vs_finalized``, refused
+above ``coreml_torch.FAKE_QUANT_TOLERANCE``). Each stand-in belongs to its
+package path's latest build, so ``recipe auto``'s w8 trial is never measured on
+the w8a8 trial's stand-ins.
+
+float16 compute (the default): an ML program computes every op in float16, so an
+activation past 65504 is inf there while the float32 torch model (and the
+stand-in) shows nothing. ``coreml_torch.float16_range`` runs the float model on
+calibration feeds and the convert is refused when a conv/linear/matmul output or
+a model output goes past it (recorded as ``quantization.float16_range``).
+
+Feature names: a contract name that is no identifier, or one of MIL's reserved
+names (``tensor``, ``state``, ``int8``, ...: coremltools renames those itself),
+gets a Core ML name of ours, recorded in the bucket's ``tensor_names``.
 
 Overrides: ``compute_precision`` (float16 | float32), ``minimum_deployment_target``
 (macOS14 default, macOS15, iOS17, iOS18), ``weight_threshold`` (smallest weight
@@ -69,7 +84,10 @@ class CoremlConverter(Converter):
 
     def __init__(self, system: str | None = None):
         self._system = system or platform.system()
-        self._stand_ins: list = []      # per bucket, w8a8: the fake-quantized torch model
+        # package path -> the fake-quantized torch model of its latest build (w8a8 only): a later
+        # build into the same place (recipe auto's next trial) drops it, so a w8 trial is never
+        # measured on the w8a8 trial's stand-ins
+        self._stand_ins: dict[str, object] = {}
 
     def auto_recipes(self, task: str) -> list:
         """The default mode (w8a8 from an exported program), then w8 (int8 weights only)."""
@@ -90,7 +108,8 @@ class CoremlConverter(Converter):
     def build_bucket(self, fp32_path: Path, out_path: Path, calibration_feeds: list[dict],
                      ctx: BuildContext) -> BucketBuild:
         from .coreml_spec import validate
-        from .coreml_torch import agreement, calibrate_w8a8, source_module, torch_feeds
+        from .coreml_torch import (agreement, calibrate_w8a8, check_stand_in, float16_range, source_module,
+                                   stand_in_agreement, torch_feeds)
         from .onnx_io import io_specs
 
         overrides = dict(ctx.overrides or {})
@@ -102,6 +121,8 @@ class CoremlConverter(Converter):
             raise ValueError(f"unknown coreml mode {ctx.recipe!r} (known: {', '.join(MODES)})")
         if not calibration_feeds:
             raise ValueError("no usable calibration samples")
+        key = Path(out_path).resolve().as_posix()
+        self._stand_ins.pop(key, None)      # an earlier build here (another recipe) is no stand-in for this one
         t0 = time.perf_counter()
         ins, outs = io_specs(fp32_path)
         names = [t["name"] for t in ins]
@@ -109,8 +130,20 @@ class CoremlConverter(Converter):
         mode = ctx.recipe or ("w8" if kind == "torchscript" else "w8a8")
         agree = agreement(module, Path(fp32_path), calibration_feeds, ins, outs,
                           tolerance=float(overrides.get("agreement_tolerance", 1e-3)))
+        precision = overrides.get("compute_precision", "float16")
+        f16 = None
+        if precision == "float16":      # the package computes every op in float16: inf past 65504
+            f16 = float16_range(module, calibration_feeds, names)
+            if not f16["fits"]:
+                raise ConversionFailed(
+                    f"the model reaches {f16['max_abs']:.4g} at {f16['at']} on the calibration feeds, beyond "
+                    f"float16's largest value {f16['float16_max']:.0f}: Core ML's float16 compute would give inf/NaN "
+                    "there (the float32 stand-in would not show it); convert with --recipe-override "
+                    "'{\"compute_precision\": \"float32\"}'")
         example = torch_feeds(calibration_feeds[0], names)
         recipe = None
+        fq_vs_final = None  # w8a8, ONNX route (a program's is in its w8a8_recipe)
+        stand_in = None     # w8a8: the fake-quantized torch model, registered once the package validates
         if kind == "export":
             from .coreml_export import calibrate_w8a8 as calibrate_export
             from .coreml_export import lift_linears, static_program
@@ -119,12 +152,15 @@ class CoremlConverter(Converter):
             if mode == "w8a8":
                 prepared, module, recipe = calibrate_export(
                     lift_linears(program.module()), [torch_feeds(f, names) for f in calibration_feeds], overrides)
-                self._stand_ins.append(prepared)
+                check_stand_in(recipe["fake_quant_vs_finalized"])
+                stand_in = prepared
             else:
                 module = program
         elif mode == "w8a8":
             prepared, module = calibrate_w8a8(module, calibration_feeds, names, overrides)
-            self._stand_ins.append(prepared)
+            fq_vs_final = stand_in_agreement(prepared, module, calibration_feeds, names, [t["name"] for t in outs])
+            check_stand_in(fq_vs_final)
+            stand_in = prepared
         core = core_names([t["name"] for t in ins + outs])
         c_ins, c_outs = ([{**t, "name": core[t["name"]]} for t in ts] for ts in (ins, outs))
         mlmodel = self._convert(module, example, c_ins, c_outs, overrides)
@@ -140,7 +176,6 @@ class CoremlConverter(Converter):
         floats = recipe["float_input_layers"]["layers"] if recipe else []
         report = validate(out_path, c_ins, c_outs, mode, float_inputs=len(floats))
         back = {v: k for k, v in core.items()}
-        precision = overrides.get("compute_precision", "float16")
         quantization = {
             "scheme": f"coreml {mode}: " + (
                 "int8 weights (coremltools.optimize.coreml.linear_quantize_weights, linear_symmetric, per channel)"
@@ -155,10 +190,19 @@ class CoremlConverter(Converter):
                                "w8a8_recipe.float_input_layers" if floats else "")),
             "source": route, "source_agreement": agree,
             **({"w8a8_recipe": recipe} if recipe else {}),
+            **({"fake_quant_vs_finalized": fq_vs_final} if fq_vs_final else {}),
             "compute_precision": precision,
+            **({"float16_range": f16} if f16 else {}),
+            **({"parity_precision": (
+                "float32: the fake-quantized torch stand-in computes in float32 between its int8 "
+                f"quantize/dequantize; the package computes in {precision}"
+                + (": float16 rounding is not in the parity figure (float16 overflow is checked: float16_range)"
+                   if precision == "float16" else ""))} if mode == "w8a8" else {}),
             "minimum_deployment_target": overrides.get("minimum_deployment_target", "macOS14"),
             "spec_validation": "every bucket, from its saved spec: buckets[].spec_validation",
         }
+        if stand_in is not None:
+            self._stand_ins[key] = stand_in
         return BucketBuild(quantization, inputs=ins, outputs=outs, entry=ENTRY, fields={
             "coreml": {side: {back.get(k, k): v for k, v in report[side].items()} for side in ("inputs", "outputs")},
             **({"tensor_names": renamed} if renamed else {}), "spec_validation": report,
@@ -206,12 +250,17 @@ class CoremlConverter(Converter):
 
     def parity_stand_in(self, buckets: list[dict]) -> ParityStandIn | None:
         """The w8a8 fake-quantized torch models, else None."""
-        if len(self._stand_ins) != len(buckets):
-            return None
+        models = []
+        for b in buckets:       # each bucket's own package's latest build
+            rel = b.get("package")
+            found = [m for k, m in self._stand_ins.items() if rel and k.endswith("/" + rel)]
+            if len(found) != 1:
+                return None
+            models.append(found[0])
         from .coreml_torch import TorchSession
 
         label = "fake-quantized torch model"
-        return ParityStandIn([TorchSession(m, b, label) for m, b in zip(self._stand_ins, buckets)], label)
+        return ParityStandIn([TorchSession(m, b, label) for m, b in zip(models, buckets)], label)
 
     def toolchain(self) -> dict:
         import coremltools
@@ -223,13 +272,23 @@ class CoremlConverter(Converter):
 NAMES_KEY = "edge_runtime.tensor_names"
 
 
+# names coremltools' sanitizer (``NameSanitizer``, MIL pass ``sanitize_input_output_names``) renames
+# to ``<name>_workaround`` although they are identifiers: MIL's type and keyword names
+MIL_RESERVED = frozenset({"any", "bool", "program", "func", "tensor", "list", "dict", "tuple", "true", "false",
+                          "string", "bf16", "fp16", "fp32", "fp64", "int8", "int16", "int32", "int64", "uint8",
+                          "uint16", "uint32", "uint64", "state"})
+
+
 def core_names(names: list[str]) -> dict[str, str]:
     """contract name -> a Core ML feature name: ML Program features must match
-    ``[A-Za-z_][A-Za-z0-9_]*`` (NanoDet's ``input.1`` and ``792`` do not); others stay as they are."""
+    ``[A-Za-z_][A-Za-z0-9_]*`` (NanoDet's ``input.1`` and ``792`` do not) and not be one of MIL's
+    reserved names (``tensor``, ``state``, ``int8``, ...: coremltools would rename them itself);
+    others stay as they are."""
     import re
 
     ident = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-    out: dict[str, str] = {n: n for n in names if ident.fullmatch(n)}      # identifiers keep their names
+    out: dict[str, str] = {n: n for n in names                            # identifiers keep their names
+                           if ident.fullmatch(n) and n not in MIL_RESERVED}
     taken = set(out.values())
     for n in names:
         if n in out:

@@ -90,6 +90,60 @@ def agreement(module, fp32_onnx: Path, feeds: list[dict], inputs: list[dict], ou
     return {"max_abs_diff": worst, "relative": rel, "samples": min(samples, len(feeds))}
 
 
+FLOAT16_MAX = 65504.0
+_COMPUTE = ("linear", "conv", "matmul", "mm", "bmm", "addmm", "baddbmm", "einsum")
+
+
+def float16_range(module, feeds: list[dict], names: list[str], samples: int = 32) -> dict:
+    """The largest magnitude the float model produces where Core ML's float16 compute would hold it:
+    every conv/linear/matmul output and every model output (an FX graph: the ONNX route, a
+    ``torch.export`` program) or the model outputs only (TorchScript), on calibration feeds.
+
+    An ML program converted with ``compute_precision`` float16 computes every op in float16, whose
+    largest finite value is 65504: a larger activation becomes inf there, and the float32 outputs
+    the package declares carry inf/NaN (the float32 torch model, and with it the Linux parity
+    stand-in, sees nothing)."""
+    import torch
+
+    worst: list = [0.0, None]      # largest magnitude, where
+
+    def seen(value, where: str) -> None:
+        for t in (value if isinstance(value, (tuple, list)) else (value,)):
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
+                m = float(t.detach().abs().max())
+                if m > worst[0] or m != m:
+                    worst[0], worst[1] = m, where
+
+    graph = getattr(module, "graph", None)
+    interp = None
+    if isinstance(module, torch.fx.GraphModule) and isinstance(graph, torch.fx.Graph):
+        class _Watch(torch.fx.Interpreter):
+            def run_node(self, n):
+                out = super().run_node(n)
+                target = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
+                if n.op == "call_module":
+                    kind = type(self.module.get_submodule(n.target)).__name__.lower()
+                else:
+                    kind = str(target).lower()
+                if n.op == "output" or (n.op != "placeholder" and any(c in kind for c in _COMPUTE)):
+                    seen(out, n.name if n.op != "output" else "a model output")
+                return out
+
+        interp = _Watch(module)
+    checked = ("conv/linear/matmul outputs and model outputs" if interp is not None else "model outputs")
+    used = feeds[:samples]
+    with torch.no_grad():
+        for f in used:
+            args = torch_feeds(f, names)
+            if interp is not None:
+                interp.run(*args)
+            else:
+                seen(module(*args), "a model output")
+    m, at = float(worst[0]), worst[1]
+    return {"max_abs": m, "at": at, "float16_max": FLOAT16_MAX, "samples": len(used), "checked": checked,
+            "fits": bool(m == m and m <= FLOAT16_MAX)}
+
+
 def calibrate_w8a8(module, feeds: list[dict], names: list[str], overrides: dict):
     """(prepared fake-quant model with frozen observers, finalized reference model)."""
     import torch
@@ -117,6 +171,31 @@ def calibrate_w8a8(module, feeds: list[dict], names: list[str], overrides: dict)
             prepared(*torch_feeds(f, names))
     prepared.apply(torch.ao.quantization.disable_observer)
     return prepared, quantizer.finalize(inplace=False)
+
+
+FAKE_QUANT_TOLERANCE = 0.05     # relative to the output range; MiniLM measured 0.006 / 0.0008, digits ~0
+
+
+def stand_in_agreement(prepared, finalized, feeds: list[dict], names: list[str], out_names: list[str],
+                       samples: int = 4) -> dict:
+    """The fake-quantized model (the parity stand-in) against the finalized one (what is converted),
+    on a few calibration feeds: the parity figure is only the package's if they are the same model."""
+    worst, scale = 0.0, 0.0
+    used = feeds[:samples]
+    for f in used:
+        a, b = run(prepared, f, names, out_names), run(finalized, f, names, out_names)
+        for n in out_names:
+            worst = max(worst, float(np.abs(a[n] - b[n]).max()))
+            scale = max(scale, float(np.abs(a[n]).max()))
+    return {"max_abs_diff": worst, "relative": worst / max(scale, 1e-6), "samples": len(used)}
+
+
+def check_stand_in(record: dict) -> None:
+    if not record["relative"] <= FAKE_QUANT_TOLERANCE:
+        raise ConversionFailed(f"the fake-quantized model (the parity stand-in) and the finalized model (what is "
+                               f"converted) disagree: max abs diff {record['max_abs_diff']:.3g} "
+                               f"({record['relative']:.3g} of the output range, tolerance {FAKE_QUANT_TOLERANCE}); "
+                               "a parity figure measured on one would not be the package's")
 
 
 class TorchSession:

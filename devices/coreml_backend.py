@@ -14,8 +14,21 @@ bucket (they are sha256-verified by the runtime), with no symlinks.
 On Linux the backend says it cannot run ("Core ML runs only on macOS"). Tests
 replace the vendor module (``module=``) with a fake whose ``MLModel.predict``
 runs a CPU twin, and the probe with one that answers "a Mac", so this code path
-runs everywhere. On Apple Silicon its tier is ``accelerator`` (the Neural
-Engine), which the policy ranks above every CPU path; on an Intel Mac ``cpu``.
+runs everywhere. On Apple Silicon its tier is ``accelerator`` (the compute
+units allow the Neural Engine or the GPU), which the policy ranks above every
+CPU path; ``cpu_only`` there, and everything on an Intel Mac, is ``cpu``.
+
+Where it ran: Core ML places each op on a unit the compute units allow and does
+not report which; an op the Neural Engine does not take runs on the GPU or CPU
+without notice. A session therefore names the compute units (its device,
+``coreml:cpu_and_ne``) and what they allow (``info()["allowed_units"]``), and
+says the placement is not reported (``info()["placement"]``); nothing here
+claims the Neural Engine ran.
+
+``coremltools.models.MLModel`` does not raise where Core ML cannot load the
+package (not macOS, a specification newer than this macOS runs, a compile
+error): the session refuses it at load (``device_unavailable``) instead of a
+bare ``Exception`` from every ``predict``.
 """
 
 from __future__ import annotations
@@ -26,12 +39,18 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from edge_runtime import error_codes as ec
-from edge_runtime.errors import ArtifactError, InputError
+from edge_runtime.errors import ArtifactError, DeviceError, InputError
 
 from .base import Capabilities, DeviceBackend, DeviceSession, Option, Suitability
 
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_ONLY", "CPU_AND_GPU")
 _INT32 = np.iinfo(np.int32)
+# what each compute-units setting lets Core ML use; Core ML places every op itself and does not
+# report where an op ran, so a session names what was allowed, never "the Neural Engine ran"
+ALLOWED = {"ALL": "Neural Engine, GPU or CPU", "CPU_AND_NE": "Neural Engine or CPU",
+           "CPU_ONLY": "CPU only", "CPU_AND_GPU": "GPU or CPU (no Neural Engine)"}
+PLACEMENT = ("not reported: Core ML places each op on a unit the compute units allow and does not say "
+             "which ran; an op the Neural Engine does not take runs on the GPU or CPU without notice")
 
 
 def compute_units(device: str | None, options) -> str:
@@ -78,6 +97,10 @@ class CoremlSession(DeviceSession):
         super().__init__(bucket, device)
         self.compute_units = units
         self._model = module.models.MLModel(str(package), compute_units=getattr(module.ComputeUnit, units))
+        unusable = _not_loaded(self._model)
+        if unusable:
+            self._model = None
+            raise DeviceError(f"Core ML cannot run {package.name} here: {unusable}", code=ec.DEVICE_UNAVAILABLE)
         declared = bucket.get("coreml", {})
         self._in = {t["name"]: np.dtype(declared.get("inputs", {}).get(t["name"], t["dtype"]))
                     for t in bucket["inputs"]}
@@ -107,10 +130,29 @@ class CoremlSession(DeviceSession):
         return result
 
     def info(self) -> dict:
-        return {"compute_units": self.compute_units, "inputs_as": {k: str(v) for k, v in self._in.items()}}
+        return {"compute_units": self.compute_units, "allowed_units": ALLOWED[self.compute_units],
+                "placement": PLACEMENT, "inputs_as": {k: str(v) for k, v in self._in.items()}}
 
     def _release(self) -> None:
         self._model = None
+
+
+def _not_loaded(model) -> str | None:
+    """Why coremltools built the model without Core ML behind it, or None. ``MLModel`` does not
+    raise where Core ML cannot load a package (not macOS, no CoreML.framework, a specification
+    newer than this macOS runs, a compile error: only a warning, if that): its ``__proxy__`` is
+    None and every ``predict`` raises a bare ``Exception`` later."""
+    if getattr(model, "__proxy__", True) is not None:
+        return None
+    framework = getattr(model, "_framework_error", None)
+    if framework is not None:
+        return f"Core ML did not load the model ({type(framework).__name__}: {str(framework)[:200]})"
+    import platform
+
+    if platform.system() != "Darwin":
+        return f"Core ML runs only on macOS (this host: {platform.system()}); coremltools here reads the spec only"
+    return ("Core ML did not load the model (CoreML.framework unavailable, or the package's specification is "
+            "newer than this macOS runs)")
 
 
 class CoremlBackend(DeviceBackend):
@@ -143,10 +185,16 @@ class CoremlBackend(DeviceBackend):
 
     def assess(self, target, hardware, sub, forced, facts) -> Suitability:
         units = sub or "auto"     # ALL or the compute_units option: Core ML places ops
+        asked = (sub or "all").upper()
+        device = f"{self.name}:{units}"
         if facts["apple_silicon"]:
-            return Suitability("accelerator", f"{self.name}:{units}",
-                               "Core ML on Apple Silicon (Neural Engine, GPU and CPU)")
-        return Suitability("cpu", f"{self.name}:{units}", "Core ML on an Intel Mac (CPU and GPU, no Neural Engine)")
+            if asked == "CPU_ONLY":
+                return Suitability("cpu", device, "Core ML on Apple Silicon, CPU only (compute units CPU_ONLY)")
+            return Suitability("accelerator", device, f"Core ML on Apple Silicon: {ALLOWED[asked]} (compute units "
+                               f"{asked}; Core ML places each op and does not report which unit ran it)")
+        units_here = {"CPU_AND_NE": "CPU only (no Neural Engine)", "CPU_ONLY": "CPU only"}.get(asked, "CPU and GPU")
+        return Suitability("cpu", device, f"Core ML on an Intel Mac: {units_here}, no Neural Engine "
+                                          f"(compute units {asked})")
 
     def open(self, model_path, bucket, sub, options):
         units = compute_units(sub, options)

@@ -88,7 +88,8 @@ POLICY: tuple[tuple[Rule, ...], ...] = (
     (Rule("onnxruntime", "tensorrt", "", "TensorRT int8 on an NVIDIA GPU (Jetson or discrete)"),),
     (Rule("onnxruntime", "cuda", "", "CUDA on an NVIDIA GPU"),),
     (Rule("openvino", "accelerator", "", "an OpenVINO GPU, NPU or AUTO device (only when asked for)"),),
-    (Rule("coreml", "accelerator", "", "Core ML on Apple Silicon: Neural Engine, GPU and CPU"),),
+    (Rule("coreml", "accelerator", "",
+          "Core ML on Apple Silicon: the Neural Engine or GPU allowed (Core ML does not report which ran)"),),
     (Rule("openvino", "cpu", "x86-64 with AVX2, Intel", "OpenVINO int8 is the fastest CPU path on Intel", _intel_avx2),),
     (Rule("openvino", "cpu", "x86-64 with AVX2", "OpenVINO int8 measured faster than ONNX Runtime int8 "
                                                 "(bench/bench_openvino.py)", _x86_avx2),),
