@@ -28,6 +28,12 @@ def hardware_lines(hw: dict) -> list[str]:
              f"cpu: {cpu['model'] or '?'} ({cpu['vendor'] or '?'}), {cpu['cores']} cores; int8-relevant features: "
              f"{', '.join(cpu['features']) or 'none'}; int8 dot product (VNNI/AMX/dotprod): "
              f"{'yes' if cpu['int8_dot'] else 'no'}"]
+    if cpu.get("usable_limited_by"):          # a container's quota or an affinity mask: what this process gets
+        lines.append(f"cpu usable by this process: {cpu.get('usable')} of {cpu['cores']} ({cpu['usable_limited_by']})")
+    if cpu.get("features_not_on_every_core"):
+        lines.append(f"cpu features on some cores only (not counted): {', '.join(cpu['features_not_on_every_core'])}")
+    for name, why in (hw.get("probe_errors") or {}).items() if isinstance(hw.get("probe_errors"), dict) else ():
+        lines.append(f"probe failed: {name}: {why}")
     if hw.get("apple"):
         lines.append(f"apple: {hw['apple']['chip'] or '?'}" + (" (this Python runs under Rosetta)"
                                                               if hw["apple"]["rosetta"] else ""))
@@ -233,7 +239,8 @@ def tune_row_text(r: dict) -> str:
     if r.get("error"):
         code = r["error"] if isinstance(r["error"], str) else r["error"].get("code")
         return f"{head} failed [{code}]"
-    verdict = "no budget" if r.get("passed") is None else "pass" if r["passed"] else "UNDER"
+    verdict = ("not judged" if r.get("not_judged") else "no budget" if r.get("passed") is None
+               else "pass" if r["passed"] else "UNDER")        # not judged: it has a budget, nothing compared
     if r.get("p_value") is not None:     # a share of a few probes: judged by its sampling error
         from .verify import share_text
 

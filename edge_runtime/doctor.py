@@ -143,6 +143,16 @@ def _cuda_runtime(hw: dict) -> list[Finding]:
     ort = hw.get("onnxruntime") or {}
     if hw.get("jetson") or not hw.get("nvidia_gpus") or "cuda" not in (ort.get("providers") or []):
         return []
+    want, have = str(ort.get("cuda_version") or "").split(".")[0], hw.get("cuda_runtimes") or []
+    if want.isdigit() and have and want not in have:
+        return [Finding("warning", f"{ort.get('distribution')} {ort.get('version')} (CUDA provider)",
+                        f"it was built for CUDA {ort.get('cuda_version')}, but the library folders hold CUDA's "
+                        f"runtime for CUDA {', '.join(have)} only (libcudart.so.{have[-1]}...): unless your "
+                        f"environment provides libcudart.so.{want} (the nvidia-cuda-runtime-cu{want} pip package, "
+                        "LD_LIBRARY_PATH), onnxruntime cannot load its CUDA provider (nor TensorRT's) and onnx-int8 "
+                        "runs on the CPU", f"install CUDA {want} and the cuDNN its onnxruntime-gpu release needs, "
+                        "or the onnxruntime-gpu release built for the CUDA installed",
+                        "https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html#requirements")]
     if (hw.get("libraries") or {}).get("libcudart") or _tensorrt_libraries(hw):
         return []
     return [Finding("warning", f"{ort.get('distribution')} {ort.get('version')} (CUDA provider)",
@@ -196,8 +206,33 @@ def _arm_tflite(hw: dict) -> list[Finding]:
                     "runtime on ARM boards) cannot run", "pip install 'edge-runtime[tflite]'")]
 
 
+# import name -> the distribution that installs it
+_DISTRIBUTIONS = {"ai_edge_litert": "ai-edge-litert", "tflite_runtime": "tflite-runtime"}
+
+
+def _unusable_packages(hw: dict) -> list[Finding]:
+    """Installed but not importable by this Python (built for another Python or CPU): each backend
+    that needs it cannot run, and "pip install" alone says it is already satisfied."""
+    out = []
+    for name, why in sorted((hw.get("packages_unusable") or {}).items()):
+        ort = hw.get("onnxruntime") or {}
+        dist = ort.get("distribution") if name == "onnxruntime" and ort.get("distribution") else \
+            _DISTRIBUTIONS.get(name, name)
+        out.append(Finding("missing", f"{name} (installed)", f"{name} cannot be imported by this Python: {why}",
+                           f"python -m pip install --force-reinstall {dist}"))
+    return out
+
+
+def _probe_errors(hw: dict) -> list[Finding]:
+    """A detection that failed: what it would have found is unknown, and said, not guessed."""
+    return [Finding("warning", f"hardware detection ({key})", f"the probe failed ({why}): what it finds is "
+                    "unknown here, and no finding above relies on it") for key, why in
+            sorted((hw.get("probe_errors") or {}).items())]
+
+
 def _any_backend(hw: dict) -> list[Finding]:
-    if (hw.get("packages") or {}).get("onnxruntime"):
+    if (hw.get("packages") or {}).get("onnxruntime") or "onnxruntime" in (hw.get("packages_unusable") or {}) \
+            or "packages" in (hw.get("probe_errors") or {}):
         return []
     return [Finding("missing", "this machine", "onnxruntime is not installed: onnx-int8 variants cannot run",
                     "pip install 'edge-runtime[onnxruntime]'")]
@@ -205,7 +240,7 @@ def _any_backend(hw: dict) -> list[Finding]:
 
 CHECKS = (_coral_runtime, _coral_pcie_driver, _coral_interpreter, _coral_usb_link, _jetson_onnxruntime,
           _nvidia_onnxruntime, _tensorrt_libraries, _cuda_runtime, _onnxruntime_conflict, _intel_openvino,
-          _mac_coreml, _rosetta, _arm_tflite, _any_backend)
+          _mac_coreml, _rosetta, _arm_tflite, _unusable_packages, _any_backend, _probe_errors)
 
 
 def diagnose(hardware: dict) -> dict:

@@ -6,21 +6,27 @@
 
 - ``system``, ``machine``: ``platform.system()`` / ``platform.machine()`` (or as given)
 - ``cpu``: vendor, model, cores, int8-relevant ``features``, ``int8_dot``
-  (``hardware_cpu.py``)
+  (``hardware_cpu.py``); ``usable``: the CPUs this process may run on (affinity, cgroup quota;
+  ``usable_limited_by`` says what limits it)
+- ``probe_errors``: only when a probe raised: its key -> the error; that probe's value is "nothing found"
 - ``apple_silicon``: bool (macOS on arm64, also an x86-64 Python under Rosetta);
   ``apple``: chip name and Rosetta flag on macOS, else None
 - ``board``: device-tree model and kind (``jetson``, ``raspberry-pi``, ...) or None
 - ``jetson``: model, L4T release, JetPack line, SoC and whether the installed
   onnxruntime can use the GPU, or None
-- ``nvidia_gpus``: discrete-GPU device nodes (``nvidia0``...); ``nvidia``:
+- ``nvidia_gpus``: discrete-GPU device nodes (``nvidia0``..., or ``dxg``: WSL 2 with the NVIDIA
+  driver's libcuda); ``nvidia``:
   driver version, GPU names, whether it is a Jetson's integrated GPU, or None
 - ``edgetpus``: Coral USB (by USB id, before and after its firmware load) and
   PCIe/M.2 (``/dev/apex_N``), as the ``edgetpu`` backend reads them; ``coral``:
   USB firmware state and link speed, and Coral PCIe cards on the PCI bus with
   no ``/dev/apex_N`` (driver missing), or None
-- ``packages``: backend packages importable (``find_spec``, never imported);
+- ``packages``: backend packages importable (``find_spec``, never imported; a bare folder or one whose
+  compiled extensions this interpreter cannot load is not); ``packages_unusable``: those installed
+  but not importable here, with the reason;
   ``onnxruntime``: the installed ONNX Runtime build (distribution, providers);
-  ``libraries``: vendor libraries found by file name (``hardware_packages.py``)
+  ``libraries``: vendor libraries found by file name (``hardware_packages.py``); ``cuda_runtimes``: the
+  CUDA major versions of the ``libcudart.so.N`` found
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ from pathlib import Path
 from typing import Callable
 
 from . import records
-from .hardware_cpu import X86_MACHINES, darwin_cpu, darwin_sysctl, linux_cpu, numpy_cpuid, read_auxv
-from .hardware_packages import BACKEND_PACKAGES, onnxruntime_build, packages_present, vendor_libraries
+from .hardware_cpu import (X86_MACHINES, darwin_cpu, darwin_sysctl, linux_cpu, numpy_cpuid, read_auxv,
+                           usable_cpus)
+from .hardware_packages import (BACKEND_PACKAGES, cuda_runtimes, onnxruntime_build, packages_present, packages_unusable,
+                                vendor_libraries)
 from .value import Record
 
 __all__ = ["detect", "detect_cached", "has_nvidia_gpu", "packages_present", "BACKEND_PACKAGES"]
@@ -78,9 +86,18 @@ def _no_sysctl(name: str):
 # -- probes ------------------------------------------------------------------
 def _cpu(p: Probe) -> dict:
     if p.system == "Darwin":
-        return darwin_cpu(p.sysctl, p.machine)
+        cpu = darwin_cpu(p.sysctl, p.machine)
+        cpu["usable"] = cpu["cores"]
+        return cpu
     # auxv: the HWCAPs of this process (arm64); cpuid: its CPUID (x86): what its libraries dispatch on
-    return linux_cpu(p.read("proc/cpuinfo"), p.machine, read_auxv(p.root), p.cpuid)
+    # a 2-socket 768-thread EPYC's /proc/cpuinfo is ~1.2 MB: read it whole, or the cores are undercounted
+    cpu = linux_cpu(p.read("proc/cpuinfo", 1 << 26), p.machine, read_auxv(p.root), p.cpuid)
+    # ``cores`` is the machine's (every processor /proc/cpuinfo lists); ``usable`` what this process may
+    # run on: a container limited to 2 CPUs on a 64-core host sees all 64 in /proc/cpuinfo
+    cpu["usable"], limited_by = usable_cpus(p.read, cpu["cores"])
+    if limited_by:
+        cpu["usable_limited_by"] = limited_by
+    return cpu
 
 
 def _apple_silicon(p: Probe) -> bool:
@@ -127,12 +144,21 @@ def _jetson(p: Probe) -> dict | None:
     ort = p.found.get("onnxruntime")
     return {"model": model or "NVIDIA Jetson (model not in the device tree)", "l4t": l4t,
             "jetpack": JETPACK.get(major) if major else None, "soc": soc,
-            "onnxruntime_gpu": bool(ort and ort["gpu"]),
+            "onnxruntime_gpu": bool(ort and ort["gpu"] and not ort.get("unusable")),
             "onnxruntime": None if ort is None else f"{ort['distribution']} {ort['version'] or ''}".strip()}
 
 
+# WSL 2 has no /dev/nvidiaN: CUDA reaches the GPU through /dev/dxg and the libcuda the NVIDIA
+# driver of the Windows host mounts into /usr/lib/wsl/lib (other vendors' drivers mount no libcuda)
+WSL_LIBCUDA = ("usr/lib/wsl/lib/libcuda.so.1", "usr/lib/wsl/lib/libcuda.so")
+
+
 def _nvidia_gpus(p: Probe) -> list[str]:
-    return [n for n in p.listdir("dev") if re.fullmatch(r"nvidia\d+", n)]
+    dev = p.listdir("dev")
+    nodes = [n for n in dev if re.fullmatch(r"nvidia\d+", n)]
+    if not nodes and "dxg" in dev and any(os.path.exists(p.root / lib) for lib in WSL_LIBCUDA):
+        nodes = ["dxg"]
+    return nodes
 
 
 def _nvidia(p: Probe) -> dict | None:
@@ -146,8 +172,10 @@ def _nvidia(p: Probe) -> dict | None:
             names.append(mm.group(1).strip())
     if not (p.found["nvidia_gpus"] or m or p.found.get("jetson")):
         return None
-    return {"driver": m.group(1) if m else None, "gpus": names,
-            "integrated": p.found.get("jetson") is not None, "device_nodes": p.found["nvidia_gpus"]}
+    wsl = p.found["nvidia_gpus"] == ["dxg"]
+    return {"driver": m.group(1) if m else None, "gpus": names or (["through WSL 2 (/dev/dxg)"] if wsl else []),
+            "integrated": p.found.get("jetson") is not None, "device_nodes": p.found["nvidia_gpus"],
+            **({"wsl": True} if wsl else {})}
 
 
 # Coral USB accelerator: 1a6e:089a (Global Unichip) before its firmware is loaded, 18d1:9302 (Google) after;
@@ -195,8 +223,10 @@ PROBES: tuple[tuple[str, Callable[[Probe], object]], ...] = (
     ("apple_silicon", _apple_silicon),
     ("apple", _apple),
     ("packages", lambda p: packages_present(p.python_path)),
+    ("packages_unusable", lambda p: packages_unusable(p.python_path)),
     ("onnxruntime", lambda p: onnxruntime_build(p.python_path)),
     ("libraries", lambda p: vendor_libraries(p.root, p.env)),
+    ("cuda_runtimes", lambda p: cuda_runtimes(p.root, p.env)),
     ("board", _board),
     ("jetson", _jetson),
     ("nvidia_gpus", _nvidia_gpus),
@@ -223,9 +253,27 @@ def detect(root: str | os.PathLike = "/", *, system: str | None = None, machine:
         cpuid = numpy_cpuid()
     p = Probe(Path(root), system, machine or platform.machine(), sysctl, python_path, env, cpuid)
     p.found.update(system=p.system, machine=p.machine)
+    errors: dict[str, str] = {}
     for key, probe in PROBES:
-        p.found[key] = probe(p)
+        try:
+            p.found[key] = probe(p)
+        except Exception as e:      # one unreadable source is "unknown, and why", never a crash of devices/doctor
+            errors[key] = f"{type(e).__name__}: {e}"
+            p.found[key] = _unknown(key, errors[key])
+    if errors:
+        p.found["probe_errors"] = errors
     return records.hardware(p.found)     # typed and read-only: one probe, one record, never changed after
+
+
+def _unknown(key: str, why: str) -> object:
+    """What a probe that failed leaves: nothing found (an empty list or mapping: ``packages`` then
+    asks the backend itself), and for the CPU a record that says it is unknown."""
+    if key == "cpu":
+        cores = os.cpu_count() or 1
+        return {"vendor": "", "model": "", "cores": cores, "features": [], "int8_dot": False, "usable": cores,
+                "note": f"CPU features unknown: the probe failed ({why})"}
+    return {"apple_silicon": False, "nvidia_gpus": [], "edgetpus": [], "packages": {}, "packages_unusable": {},
+            "libraries": {}, "cuda_runtimes": []}.get(key)
 
 
 @lru_cache(maxsize=1)

@@ -48,8 +48,9 @@ def int8_class(hw, device: str | None = None) -> str:
     """The int8 class of ``device`` (``"onnxruntime:cpu"``, ``"edgetpu:usb:0"``...) on ``hw``:
     an accelerator's own, else this CPU's."""
     if device:
-        backend, _, sub = device.partition(":")
-        sub = sub.partition(":")[0]
+        backend, _, sub = device.lower().partition(":")
+        # OpenVINO's AUTO names the device it ran on with its index ("openvino:gpu.0"), CUDA may be "cuda:1"
+        sub = sub.partition(":")[0].partition(".")[0]
         for key in (sub, backend):
             if key in _DEVICE_CLASSES and not (backend == "coreml" and sub == "cpu"):
                 return _DEVICE_CLASSES[key]
@@ -63,6 +64,10 @@ def fingerprint(hw) -> str:
             "vendor": cpu.get("vendor"), "cores": cpu.get("cores"), "features": sorted(cpu.get("features") or ()),
             "gpus": list(hw.get("nvidia_gpus") or []), "jetson": bool(hw.get("jetson")),
             "edgetpus": len(hw.get("edgetpus") or []), "apple_silicon": bool(hw.get("apple_silicon"))}
+    # fewer CPUs usable than the machine has (a container's quota, taskset): another machine for a
+    # measurement (a tune result timed on all 64 cores is not the choice for 2); unlimited keeps the old hash
+    if cpu.get("usable") not in (None, cpu.get("cores")):
+        body["usable"] = cpu.get("usable")
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -96,4 +101,5 @@ def host_record(hw) -> dict:
     return {"machine": hw.get("machine"), "system": hw.get("system"), "os": platform.platform(terse=True),
             "cpu": cpu.get("model"), "vendor": cpu.get("vendor"), "cores": cpu.get("cores"),
             "features": list(cpu.get("features") or ()), "int8_class": cpu_int8_class(hw),
+            **({"usable": cpu.get("usable")} if cpu.get("usable") not in (None, cpu.get("cores")) else {}),
             "fingerprint": fingerprint(hw), "python": platform.python_version(), "backends": backend_versions()}

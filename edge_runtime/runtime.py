@@ -15,7 +15,7 @@ from typing import cast
 import numpy as np
 
 from edge_runtime.devices import registry
-from edge_runtime.devices.base import PROVENANCE_KEYS, BatchSession, Session
+from edge_runtime.devices.base import BatchSession, Session
 from edge_runtime.models import get_task
 
 from . import error_codes as ec
@@ -30,6 +30,7 @@ from .records import Variant
 from .runtime_call import CallPath, has_non_finite  # noqa: F401 (has_non_finite: its public home was here)
 from .runtime_fork import track
 from .selection import choose, session_fallback
+from .runtime_options import device_options_for, quota_threads
 from .threads_fit import fit_threads
 
 log = logging.getLogger("edge_runtime")
@@ -93,6 +94,9 @@ class Runtime(CallPath):
         # value is an InputError naming the valid ones) over the ones the converter measured and recorded
         self.device_options, self.runtime_provenance, self.recorded_options_ignored = \
             device_options_for(backend, self.choice.variant, device_options)
+        self.threads_from_quota = quota_threads(self.hardware, backend, self.device_options, self.choice)
+        if self.threads_from_quota:
+            self.device_options = {**self.device_options, "threads": self.threads_from_quota["threads"]}
         if self.tune_not_applied:      # logged once the static path took the options (else the error says it)
             msg = f"{self.artifact.root}: {self.tune_not_applied}"
             if msg not in _logged_fallbacks:
@@ -144,6 +148,9 @@ class Runtime(CallPath):
         self._drive = [(c.inline, c.cancellable) for c in self.capabilities]
         self._batched = all(c.batched for c in self.capabilities)
         self.device = self._sessions[0].device
+        # where each bucket's session runs: a result names its own bucket's (one bucket's session may
+        # have fallen back alone: TensorRT refusing one shape, say), not the first session's
+        self._bucket_devices = [s.device for s in self._sessions]
         self._bucket_names = [b.name for b in self.variant.buckets]
         if dropped:     # the choice is a record: what the sessions said makes a new one
             self.choice = self.choice.replace(fallback="; ".join(
@@ -172,6 +179,8 @@ class Runtime(CallPath):
                 if not isolate:         # a sub-millisecond model on one thread, if that is as fast (threads_fit)
                     self.threads_fit = fit_threads(self, backend, lambda b, opts: backend.load(
                         self.artifact.path(b.file), b, sub, opts, **extra))
+                    if self.threads_from_quota:     # "the default" is the quota's count here
+                        self.threads_fit = {**self.threads_fit, "default_threads": self.threads_from_quota}
                     if self.threads_fit.get("threads"):       # new sessions: their capabilities, read once
                         self.capabilities = [s.capabilities for s in self._sessions]
                         self._drive = [(c.inline, c.cancellable) for c in self.capabilities]
@@ -339,6 +348,7 @@ class Runtime(CallPath):
             "sessions": [s.info() for s in self._sessions],
             "device_options": dict(self.device_options),        # copies: a caller's edit is not the runtime's
             "runtime_provenance": dict(self.runtime_provenance),
+            "threads_from_quota": self.threads_from_quota,      # the CPU quota's thread count, when it set one
             "recorded_options_ignored": list(self.recorded_options_ignored),
             "capabilities": [c.fields_dict() for c in self.capabilities],
             "quantization": self.variant.quantization,
@@ -355,30 +365,3 @@ class Runtime(CallPath):
             if self.tuned else None,
             "threads_fit": self.threads_fit,
         }
-
-
-def device_options_for(backend, variant: dict, caller: dict | None) -> tuple[dict, dict, list[str]]:
-    """(options, provenance, recorded keys ignored) for ``backend``: the options the converter
-    recorded in the variant (``runtime``) under the caller's, both validated against the
-    backend's declarations; the caller's mistakes are an ``InputError`` naming the valid
-    options, a bad recorded value an ``ArtifactError``. Provenance (why the converter chose
-    them) is kept apart and dropped when the caller overrides a recorded option; a recorded
-    option this backend does not declare (another backend of the target's) is ignored, and
-    listed."""
-    from edge_runtime.devices.base import resolve_options
-
-    recorded = dict(variant.get("runtime") or {})
-    provenance = {k: recorded.pop(k) for k in PROVENANCE_KEYS if k in recorded}
-    declared = {o.name for o in backend.options}
-    ignored = sorted(k for k in recorded if k not in declared)
-    try:
-        rec = resolve_options(backend.options, {k: v for k, v in recorded.items() if k in declared},
-                              backend.name).given
-    except InputError as exc:
-        raise ArtifactError(f"the variant's recorded runtime options: {exc.message}", file="manifest.json",
-                            code=ec.MANIFEST_FIELD_INVALID) from None
-    given = resolve_options(backend.options, caller, backend.name)
-    if set(given.given) & set(rec):
-        provenance = {}                      # the caller overrides the recorded choice
-    provenance.update(given.provenance)      # a caller's "why" is a note too, never an option
-    return {**rec, **given.given}, provenance, ignored

@@ -18,7 +18,10 @@ is as fast). A bucket whose warm-up call took over ``WARMUP_SKIP_MS`` is not tim
 milliseconds), unless its model files are under ``SMALL_MODEL_BYTES``: ONNX Runtime's first
 run of digits-cnn takes 7 ms of one-off set-up, and the 2-thread session it then kept cost
 each later call ~10-25 µs of waking the spinning worker (2-core AMD EPYC, 2026-12-06).
-The record is ``rt.info()["threads_fit"]``.
+The record is ``rt.info()["threads_fit"]``. Whether the model runs on the CPU is read from the
+devices its sessions report (``onnxruntime:cpu`` after ONNX Runtime dropped a GPU provider), not
+from the planned tier; only a device that does not say (``openvino:auto`` not read back) defers
+to the plan.
 A machine where one thread is slower (many cores, a model near the bound) keeps its
 default: the decision is measured where it runs, never assumed.
 """
@@ -103,18 +106,54 @@ def _small(rt, bucket) -> bool:
     return bool(sizes) and len(known) == len(sizes) and sum(known) < SMALL_MODEL_BYTES
 
 
+def session_devices(rt) -> list[str]:
+    """The device each of ``rt``'s sessions reports it runs on (after any fallback: ONNX Runtime's
+    session reads back the providers it kept), else the runtime's ``device``."""
+    found = [getattr(s, "device", None) for s in getattr(rt, "_sessions", None) or ()]
+    devices = [d for d in found if isinstance(d, str) and d]
+    if len(devices) == len(found) and devices:
+        return devices
+    return [str(getattr(rt, "device", None) or "")]
+
+
+def on_cpu(device: str) -> bool | None:
+    """Whether a session's device is the host CPU: True for ``onnxruntime:cpu``, ``openvino:cpu``,
+    ``tflite:cpu``; False for ``onnxruntime:cuda:1``, ``openvino:gpu``, ``edgetpu:usb:0``; None
+    where it does not say (``openvino:auto`` whose execution device was not read back, no device)."""
+    _, _, sub = device.partition(":")
+    sub = sub.partition(":")[0].lower()
+    if sub == "cpu":
+        return True
+    return None if sub in ("", "auto") else False
+
+
+def usable_cpus(rt) -> int:
+    """The CPUs this process may run on (``hardware.cpu.usable``: affinity and cgroup quota; a
+    container given 2 CPUs of a 64-core host has 2), else ``os.cpu_count()``."""
+    try:
+        usable = rt.hardware["cpu"].get("usable")
+    except (AttributeError, KeyError, TypeError):
+        usable = None
+    return int(usable) if isinstance(usable, int) and usable > 0 else (os.cpu_count() or 1)
+
+
 def eligible(rt, backend) -> str | None:
     """Why the thread count is not fitted here, or None when it is."""
-    if "threads" in rt.device_options:
+    if "threads" in rt.device_options and not getattr(rt, "threads_from_quota", None):
         return "the thread count is set (by the caller or the artifact)"
     if os.environ.get("EDGE_RUNTIME_THREADS"):
         return "$EDGE_RUNTIME_THREADS is set"
     if not any(o.name == "threads" for o in backend.options):
         return f"{backend.name} has no threads option"
-    if rt.choice.suitability.tier != "cpu":
+    # where the sessions run, not the plan: ONNX Runtime falls back from a GPU provider to the CPU
+    devices = session_devices(rt)
+    placed = [on_cpu(d) for d in devices]
+    if False in placed:
+        return f"not a CPU device (the session runs on {devices[placed.index(False)]})"
+    if None in placed and rt.choice.suitability.tier != "cpu":      # "openvino:auto" not read back: the plan
         return "not a CPU device"
-    if (os.cpu_count() or 1) < 2:
-        return "one core"
+    if usable_cpus(rt) < 2:
+        return "one usable CPU (affinity or cgroup quota included)"
     return None
 
 

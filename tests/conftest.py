@@ -306,3 +306,26 @@ def coreml_faked_minilm_embedding_artifact(coreml_minilm_embedding_artifact, cor
 def coreml_faked_minilm_classifier_artifact(coreml_minilm_classifier_artifact, coreml_fake, minilm_sources):
     add_coreml_twins(coreml_fake, coreml_minilm_classifier_artifact, minilm_sources / "classifier.onnx")
     return coreml_minilm_classifier_artifact
+
+
+@pytest.fixture
+def fake_ort(monkeypatch, tmp_path):
+    """The real onnxruntime backend over a faked module (tests/fake_onnxruntime.py), registered as
+    ``onnxruntime`` for one test: ``fake_ort(**kw)`` installs ``FakeOrtModule(**kw)`` and returns it.
+    The tune cache is the test's own and ``$EDGE_RUNTIME_THREADS`` unset; the real backend is
+    registered again afterwards."""
+    from fake_onnxruntime import FakeOrtModule
+
+    from edge_runtime.devices import registry
+    from edge_runtime.devices.onnxruntime_backend import OnnxRuntimeBackend
+
+    def install(**kw):
+        module = FakeOrtModule(**kw)
+        registry.register("onnxruntime", lambda: OnnxRuntimeBackend(
+            module=module, probe=lambda hw: {"installed": True, "providers": module.get_available_providers()}))
+        return module
+
+    monkeypatch.setenv("EDGE_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("EDGE_RUNTIME_THREADS", raising=False)
+    yield install
+    registry.register("onnxruntime", "edge_runtime.devices.onnxruntime_backend:OnnxRuntimeBackend")

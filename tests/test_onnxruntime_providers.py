@@ -18,7 +18,6 @@ from fake_onnxruntime import CPU, CUDA, TRT, FakeOrtModule
 
 import edge_runtime as er
 from edge_runtime.artifact import load_artifact
-from edge_runtime.devices import registry
 from edge_runtime.devices.onnxruntime_backend import OnnxRuntimeBackend, is_qdq
 
 DIGIT3 = sorted((ZOO / "digits-cnn" / "held_out" / "3").iterdir())[0]
@@ -28,21 +27,6 @@ def faked(module: FakeOrtModule) -> OnnxRuntimeBackend:
     """The real backend over the faked module, with a probe that answers for that module's build."""
     return OnnxRuntimeBackend(module=module, probe=lambda hw: {"installed": True,
                                                                 "providers": module.get_available_providers()})
-
-
-@pytest.fixture
-def fake_ort(monkeypatch, tmp_path):
-    """Register the real backend class with a faked onnxruntime module as ``onnxruntime``."""
-    made = {}
-
-    def install(**kw):
-        made["module"] = FakeOrtModule(**kw)
-        registry.register("onnxruntime", lambda: faked(made["module"]))
-        return made["module"]
-
-    monkeypatch.setenv("EDGE_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
-    yield install
-    registry.register("onnxruntime", "edge_runtime.devices.onnxruntime_backend:OnnxRuntimeBackend")
 
 
 def test_jetson_runs_onnx_int8_through_tensorrt_cuda_cpu(fake_ort, digits_artifact, tmp_path):
