@@ -39,7 +39,8 @@ def eval_cmd(artifact, data, device, require_device, device_option, limit, min_a
 
     \b
     Rows that cannot be evaluated (no tab, an unknown label, an image in a
-    folder that is no label, ...) are skipped, counted by reason and shown
+    folder that is no label, an image reached a second time through a
+    symlink, a dangling symlink, ...) are skipped, counted by reason and shown
     with their line number or path; accuracy is over the evaluated rows
     (an inference error counts as wrong), the skipped ones are reported
     beside it.

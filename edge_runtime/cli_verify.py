@@ -75,11 +75,19 @@ def _print_verify(rep: dict) -> None:
     if rep.get("chosen_error"):
         click.echo(f"chosen path: failed [{rep['chosen_error']['code']}]")
         return
-    verdict = {True: "pass", False: "UNDER BUDGET", None: "no budget recorded"}[rep["chosen"]["passed"]]
-    if rep["chosen"].get("not_judged"):
-        verdict = "not judged (the probe set compares nothing)"
+    verdict = _VERDICT_TEXT[rep["chosen"].get("verdict") or _verdict(rep["chosen"])]
     on = f" on {rep['chosen']['device']}, after a fallback" if rep["chosen"].get("fallback") else ""
     click.echo(f"chosen path ({rep['chosen']['decided_by']}): {verdict}{on}")
+
+
+_VERDICT_TEXT = {"pass": "pass", "under_budget": "UNDER BUDGET", "no_budget": "no budget recorded",
+                 "not_judged": "not judged (the probe set compares nothing)", "failed": "failed"}
+
+
+def _verdict(row: dict) -> str:
+    from .verify import verdict
+
+    return verdict(row)
 
 
 def json_safe(value):

@@ -10,11 +10,20 @@ examples per reason, with the line number or the path); the reasons:
 
 - TSV: ``no_tab`` (no tab on the line), ``empty_text``, ``unknown_label``
   (neither a label name nor an index), ``bad_encoding`` (not UTF-8),
-  ``blank_line``;
+  ``blank_line`` (a UTF-8 byte-order mark starting the file is no text);
 - image folder: ``unknown_label`` (an image in a sub-folder whose name is no
   label: one per image), ``not_an_image`` (a file in a label folder without
   a PNG/JPEG/BMP suffix), ``not_in_label_folder`` (an image directly in DATA),
-  ``nested_folder`` (a file deeper than ``<label>/<file>``). Hidden files and
+  ``nested_folder`` (a file deeper than ``<label>/<file>``, or a symlinked
+  folder inside a label folder, not entered), ``duplicate`` (an
+  image reached a second time through a symlink: a label folder ``03 -> 3``,
+  whose every image is one row of ``3/`` and a ``duplicate`` here, whatever
+  the sort order, or a symlinked file whose target is evaluated already: each
+  image is evaluated once; ``score`` does not enter a symlinked folder at all),
+  ``broken_symlink`` (a symlink that resolves to nothing: dangling or a loop),
+  ``symlink_loop`` (a label folder that is a symlink to DATA or a folder above
+  it: not entered, one per folder). A symlinked image or label folder whose
+  target is read nowhere else (outside DATA) is evaluated. Hidden files and
   other files directly in DATA (a README) are not rows. A folder that cannot
   be listed is ``eval_data_unreadable`` (never left out in silence), and so is
   a DATA that is neither a folder nor a regular file (a pipe). An image folder
@@ -56,130 +65,18 @@ the supported tasks named) before the data is read.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generator, Iterator
+from typing import Iterator
 
 import numpy as np
 
 from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
+# the labels' side, shared with shadow (re-exported: their import path was here)
+from .eval_labels import (EXAMPLES_PER_REASON, LabelIndex, Rows, Skipped, _clip, _truth,  # noqa: F401
+                          ambiguous_label, eval_tasks, is_classifier, resolve_label)
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
-EXAMPLES_PER_REASON = 5
-
-
-@dataclass
-class Skipped:
-    """Rows that were not evaluated: counts by reason and the first examples of each."""
-
-    by_reason: dict = field(default_factory=dict)
-    examples: list = field(default_factory=list)
-
-    def add(self, reason: str, where: dict, detail: str) -> None:
-        n = self.by_reason.get(reason, 0)
-        self.by_reason[reason] = n + 1
-        if n < EXAMPLES_PER_REASON:
-            self.examples.append({"reason": reason, **where, "detail": detail})
-
-    @property
-    def count(self) -> int:
-        return sum(self.by_reason.values())
-
-    def to_dict(self) -> dict:
-        return {"count": self.count, "by_reason": dict(sorted(self.by_reason.items(), key=lambda kv: -kv[1])),
-                "examples": list(self.examples)}
-
-    def summary(self) -> str:
-        return ", ".join(f"{k} {v}" for k, v in sorted(self.by_reason.items(), key=lambda kv: -kv[1]))
-
-
-def resolve_label(truth: str, labels) -> str | None:
-    """The artifact's label *text* for ``truth`` (a name, or an index into ``labels``); None if it is
-    neither. ``labels`` None: no check (the raw label). A text, not a class: where the labels file
-    repeats a text it names several classes (``eval`` compares class ids: :class:`LabelIndex`)."""
-    if labels is None:
-        return truth
-    if truth in labels:
-        return truth
-    if truth.isdigit() and int(truth) < len(labels):
-        return labels[int(truth)]
-    return None
-
-
-class LabelIndex:
-    """The classes a label names (a folder name, a TSV label): built once per labels list."""
-
-    def __init__(self, labels: list[str]):
-        self.n = len(labels)
-        self.by_text: dict[str, list[int]] = {}
-        for i, label in enumerate(labels):
-            self.by_text.setdefault(label, []).append(i)
-
-    def classes(self, name: str) -> list[int]:
-        """The class ids ``name`` names: those whose label text it is (more than one where the labels
-        file repeats it), else the index it spells (``"518"``); ``[]`` when it is neither. A label
-        text comes first, as before: with labels ``0..9`` the folder ``7`` is the class labelled 7."""
-        found = self.by_text.get(name)
-        if found:
-            return list(found)
-        if name.isascii() and name.isdigit() and int(name) < self.n:
-            # a zero-padded number ("09") is no text; as an index it is class 9, but where the labels
-            # have the text "9" at another class (labels "1".."10": class 8) it names that one as well
-            as_text = self.by_text.get(str(int(name)), [])
-            return [int(name)] + [c for c in as_text if c != int(name)]
-        return []
-
-
-def ambiguous_label(name: str, classes: list[int], where: str, folder: bool = False) -> InputError:
-    """The refusal of a label that names several classes (a text the labels file repeats, or a
-    zero-padded number that is one class's index and, as a number, another class's text)."""
-    shown = ", ".join(str(c) for c in classes)
-    choices = " or ".join(f"{c}/" if folder else str(c) for c in classes[:5])
-    fix = f"name the folder by the class index instead ({choices})" if folder else \
-        f"write the label as the class index instead ({choices})"
-    if name.isascii() and name.isdigit() and name != str(int(name)):
-        others = ", ".join(str(c) for c in classes[1:])
-        what = (f"is no label text; it is the index of class {classes[0]}, but as the number "
-                f"{int(name)} it is the text of class{'es' if len(classes) > 2 else ''} {others}")
-        thing = "name the folder" if folder else "write the label"
-        fix = f"{thing} by the label text of the class it means ({str(int(name))!r} is class {others})"
-    else:
-        what = f"is the text of {len(classes)} classes of the artifact (indices {shown})"
-    return InputError(f"{where}: label {name!r} {what}, so it cannot say which one is right; {fix}"[:600],
-                      code=ec.INPUT_INVALID, label=name, classes=classes)
-
-
-def eval_tasks() -> list[str]:
-    """The tasks ``evaluate`` measures: the classifiers (parity metric ``top1_agreement``)."""
-    from edge_runtime.models import tasks_where
-
-    return tasks_where(is_classifier)
-
-
-def is_classifier(task) -> bool:
-    """``task`` (a Task class or instance) answers one class per input (``top1_agreement``)."""
-    return getattr(task, "parity_metric", None) == "top1_agreement"
-
-
-Rows = Generator[tuple[object, object, dict], None, None]     # (raw input, truth, where) of each row
-
-
-def _clip(text: str, n: int = 80) -> str:
-    return text if len(text) <= n else text[:n] + "…"
-
-
-def _truth(name: str, index: LabelIndex | None, where: str) -> object:
-    """The truth of a row labelled ``name``: the raw name (no labels: ``labelled_samples``), the
-    class id it names, or None when it names none. A name of several classes is refused."""
-    if index is None:
-        return name
-    classes = index.classes(name)
-    if len(classes) > 1:
-        raise ambiguous_label(name, classes, where)
-    return classes[0] if classes else None
-
-
 def _tsv_rows(p: Path, labels, skipped: Skipped, header: dict) -> Rows:
     index = None if labels is None else LabelIndex(labels)
     # line by line (binary: a line of another encoding is a skip, not the end): --limit stops
@@ -188,6 +85,8 @@ def _tsv_rows(p: Path, labels, skipped: Skipped, header: dict) -> Rows:
         where = {"line": number}
         raw = raw[:-1] if raw.endswith(b"\n") else raw        # the final newline ends the last line
         raw = raw[:-1] if raw.endswith(b"\r") else raw
+        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):     # a byte-order mark (Excel's UTF-8): no text
+            raw = raw[3:]
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -252,38 +151,92 @@ def _files_under(folder: Path) -> list[Path]:
     return sorted(out)
 
 
+def _real(path) -> str:
+    """``path`` with every symlink resolved (a loop or a dangling link: as far as it resolves)."""
+    return os.path.realpath(path)
+
+
+def _within(path: str, folder: str) -> bool:
+    """Whether the resolved ``path`` is ``folder`` or lies under it."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def _folder_rows(p: Path, labels, skipped: Skipped) -> Rows:
     index = None if labels is None else LabelIndex(labels)
     try:
         top = sorted(p.iterdir())
     except OSError as exc:
         raise _unreadable(p, exc) from None
+    root = _real(p)
+    # the folders read under their own names: DATA's real label folders (a symlinked one is judged
+    # against them whatever the sort order: "03" -> "3" comes first, and "3" is the one counted)
+    counted = {_real(e): e.name for e in top if not e.name.startswith(".") and not e.is_symlink() and e.is_dir()}
+    seen: dict[str, str] = {}       # resolved image -> the row (DATA-relative) it was evaluated as
     for entry in top:
         if entry.name.startswith("."):
             continue
         if not entry.is_dir():
-            if entry.suffix.lower() in IMAGE_SUFFIXES:
+            if entry.is_symlink() and not os.path.exists(entry):
+                skipped.add("broken_symlink", {"path": entry.name}, f"a symlink to {os.readlink(entry)!r} that "
+                                                                      f"resolves to nothing (dangling, or a loop)")
+            elif entry.suffix.lower() in IMAGE_SUFFIXES:
                 skipped.add("not_in_label_folder", {"path": entry.name}, "an image directly in the data folder has "
                                                                           "no label")
             continue
+        if entry.is_symlink():
+            target = _real(entry)
+            if _within(root, target):       # DATA itself or a folder above it: its images are counted already
+                skipped.add("symlink_loop", {"path": entry.name + "/"},
+                            f"a symlink to {target}, which holds the data folder itself: not entered")
+                continue
+            twin = counted.get(target)
+            if twin is not None:            # "03" -> "3": the same images under a second name
+                for f in _files_under(entry):
+                    rel = f.relative_to(p)
+                    if len(rel.parts) == 2 and not rel.name.startswith(".") and \
+                            f.suffix.lower() in IMAGE_SUFFIXES and not f.is_dir():
+                        skipped.add("duplicate", {"path": rel.as_posix()},
+                                    f"folder {entry.name!r} is a symlink to {twin + '/'!r}: this image is "
+                                    f"read once, as {twin}/{rel.name}")
+                continue
+            counted[target] = entry.name
+            base = target
+        else:
+            base = os.path.join(root, entry.name)
         classes = [] if index is None else index.classes(entry.name)
         truth = entry.name if index is None else classes[0] if len(classes) == 1 else None
         for f in _files_under(entry):
             rel = f.relative_to(p)
-            if any(part.startswith(".") for part in rel.parts) or f.is_dir():
+            if any(part.startswith(".") for part in rel.parts):
                 continue
             where = {"path": rel.as_posix()}
+            if f.is_dir():      # a real one's files are listed themselves; a symlinked one is not entered
+                if f.is_symlink():
+                    skipped.add("nested_folder", where, "a symlink to a folder inside <label>/: not entered")
+                continue
             if len(rel.parts) > 2:
                 skipped.add("nested_folder", where, "deeper than <label>/<file>")
-            elif f.suffix.lower() not in IMAGE_SUFFIXES:
+                continue
+            if f.suffix.lower() not in IMAGE_SUFFIXES:
                 skipped.add("not_an_image", where, f"suffix {f.suffix or '(none)'!r} is not "
                                                    f"{'/'.join(IMAGE_SUFFIXES)}")
-            elif len(classes) > 1:        # refused at its first image: rows past --limit are not read
+                continue
+            if f.is_symlink() and not os.path.exists(f):
+                skipped.add("broken_symlink", where, f"a symlink to {os.readlink(f)!r} that resolves to nothing "
+                                                     f"(dangling, or a loop)")
+                continue
+            real = _real(f) if f.is_symlink() else os.path.join(base, f.name)
+            if real in seen:            # one image reached by two names, one of them a symlink
+                skipped.add("duplicate", where, f"the same file as {seen[real]} (through a symlink): evaluated "
+                                                f"once, as {seen[real]}")
+                continue
+            if len(classes) > 1:        # refused at its first image: rows past --limit are not read
                 raise ambiguous_label(entry.name, classes, f"{p}: folder {entry.name!r}", folder=True)
-            elif truth is None:
+            if truth is None:
                 skipped.add("unknown_label", where, f"folder {entry.name!r} is not a label of the artifact")
-            else:
-                yield str(f), truth, where
+                continue
+            seen[real] = rel.as_posix()
+            yield str(f), truth, where
 
 
 def read_labelled(path, labels=None, limit: int | None = None):

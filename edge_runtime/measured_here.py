@@ -55,6 +55,6 @@ _VERDICT = {True: "pass", False: "UNDER BUDGET", None: "no budget recorded"}
 
 def _verified_text(v: dict) -> str:
     missed = v.get("unverified_buckets")
-    verdict = _VERDICT.get(v.get("passed"), "no budget recorded")
+    verdict = "not judged" if v.get("not_judged") else _VERDICT.get(v.get("passed"), "no budget recorded")
     return (f"{v.get('metric')} {v.get('value')} against budget {v.get('budget')}: {verdict}, on {v.get('created')}"
             + (f" (no probe reached bucket {', '.join(missed)}: not verified)" if missed else ""))

@@ -4,6 +4,7 @@ where a relative image path in a JSONL/CSV record is taken from (``image_base``)
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from pathlib import Path
@@ -12,6 +13,9 @@ from typing import Iterator
 from . import error_codes as ec
 from .errors import InputError
 from .score_records import Record
+
+log = logging.getLogger("edge_runtime.score")
+_WARNED: set = set()
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 IMAGE_PATH_FIELDS = ("image", "path", "file")
@@ -54,10 +58,19 @@ def _image_entries(path: Path) -> list[tuple[str, Path, OSError | None]]:
                              code=ec.INPUT_FILE_UNREADABLE)
         entries.append((where.relative_to(path).as_posix() + "/", where, exc))
 
+    links: list[str] = []
     for root, dirs, names in os.walk(path, onerror=unreadable):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        # os.walk does not enter a symlinked subfolder (a loop, or a folder scored twice): said, not silent
+        links += [(Path(root) / d).relative_to(path).as_posix() + "/" for d in dirs
+                  if os.path.islink(os.path.join(root, d))]
         entries += [(f.relative_to(path).as_posix(), f, None) for f in (Path(root) / n for n in sorted(names)
                     if not n.startswith(".") and Path(n).suffix.lower() in IMAGE_SUFFIXES)]
+    if links and (str(path), tuple(links)) not in _WARNED:      # listed for the fingerprint, the count and the
+        _WARNED.add((str(path), tuple(links)))                     # records: said once
+        log.warning("%d symlinked subfolder(s) of %s not entered, their images not scored: %s%s (score the "
+                    "folder they link to, or copy it in)", len(links), path, ", ".join(links[:5]),
+                    ", ..." if len(links) > 5 else "")
     return sorted(entries, key=lambda t: t[0])
 
 

@@ -281,6 +281,7 @@ def remember_verify(seal: str | None, hw, row: dict) -> None:
               "device_options": dict(row.get("device_options") or {}), "metric": row.get("metric"),
               "value": row.get("value"), "budget": row.get("budget"), "passed": row.get("passed"),
               "samples": row.get("samples"), "unverified_buckets": row.get("unverified_buckets") or [],
+              "not_judged": row.get("not_judged"),      # why a figure with a budget was held to nothing
               "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     where = _path("verify", cache_key(seal, hw)["digest"])
     try:

@@ -206,8 +206,10 @@ def candidate_paths(art, hardware) -> list[dict]:
 
 def verify_artifact(path, *, device: str = "auto", all_paths: bool = False, hardware=None,
                     load_kw: dict | None = None) -> dict:
-    """``{"chosen": row, "rows": [row, ...], "passed": bool, ...}``: the path ``load`` picks here,
-    and with ``all_paths`` every other one too (a row whose load or run fails carries ``error``).
+    """``{"chosen": row, "rows": [row, ...], "passed": bool | None, "verdict": str, ...}``: the path
+    ``load`` picks here, and with ``all_paths`` every other one too (a row whose load or run fails
+    carries ``error``). Each row has its ``verdict`` (:func:`verdict`); ``passed`` and ``verdict``
+    are the chosen row's (``passed`` null: no budget recorded, or not judged).
 
     A device named here is never certified by another: its load is strict (``DeviceError``,
     exit 4, rather than a fallback). With ``all_paths`` a chosen path that does not load or run
@@ -239,13 +241,34 @@ def verify_artifact(path, *, device: str = "auto", all_paths: bool = False, hard
     for row in rows:
         if "error" not in row:
             tuning.remember_verify(seal, hw, row)
+        row["verdict"] = verdict(row)
+    # "passed" is the chosen row's: null where it has no verdict (no budget recorded, or not judged),
+    # never true for a figure that was held to nothing
     out = {"artifact": info["artifact"], "model": info["model"], "version": info["version"], "seal": seal,
            "probe_samples": len(probe.inputs), "built_on": (info.get("isa") or {}).get("built_on"),
            "here": host.cpu_int8_class(hw), "rows": rows, "chosen": chosen,
-           "passed": chosen["passed"] is not False}
+           "passed": chosen["passed"], "verdict": chosen["verdict"]}
     if failed is not None:
         out["chosen_error"] = {**failed.to_dict(), "exit_code": failed.exit_code}
     return out
+
+
+VERDICTS = ("pass", "under_budget", "no_budget", "not_judged", "failed")
+
+
+def verdict(row: dict) -> str:
+    """A verify row's verdict, one of ``VERDICTS``: ``failed`` (it did not load or run: ``error``),
+    ``not_judged`` (a budget is recorded, but the probe set compares nothing: ``not_judged`` says
+    why), ``no_budget`` (the artifact records no budget to hold the figure to), else ``pass`` or
+    ``under_budget``. ``passed`` is null for the two without a verdict, and they differ: a row
+    that is not judged has its budget."""
+    if row.get("error"):
+        return "failed"
+    if row.get("not_judged"):
+        return "not_judged"
+    if row.get("passed") is None:
+        return "no_budget"
+    return "pass" if row["passed"] else "under_budget"
 
 
 def _verify_chosen(path, device, hardware, kw):
