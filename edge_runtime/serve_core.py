@@ -47,7 +47,7 @@ from . import error_codes as ec
 from .errors import EdgeRuntimeError, InferenceTimeout, InputError
 from .serve_batch import DynamicBatching
 from .serve_inline import INLINE_DEMOTE_MS, Inline, machine_paused, measure_call_ms, thread_usage
-from .serve_model import _Model, _has_probe_set, _metadata
+from .serve_model import _Model, _has_probe_set, _metadata, served_input_specs
 from .serve_model import artifacts_in as artifacts_in          # re-exported: its old import path
 # what a request's errors and parameters become (serve_error re-exported: its old import path)
 from .serve_request import _REJECTION, call_options, serve_error as serve_error
@@ -57,7 +57,7 @@ from .serve_types import InferRequest, InferResponse, ServeError
 log = logging.getLogger("edge_runtime.serve")
 
 SERVER_NAME = "edge-runtime"
-EXTENSIONS = ["binary_tensor_data", "model_repository_metadata_only", "statistics_prometheus"]
+EXTENSIONS = ["binary_tensor_data", "classification", "model_repository_metadata_only", "statistics_prometheus"]
 class ServeCore(DynamicBatching):
     def __init__(self, artifacts: list[str | Path], *, device: str = "auto", device_options: dict | None = None,
                  max_in_flight: int = 4, max_queue: int = 64, batch_delay_ms: float = 1.0,
@@ -119,7 +119,7 @@ class ServeCore(DynamicBatching):
                 batched = all(c.batched for c in rt.capabilities)
                 if batched and self.batch_delay_s > 0:
                     rt.warm_batch()
-                m = _Model(rt, key[0], key[1], rt.task.input_kind, list(rt.variant.buckets[0]["inputs"]), batched)
+                m = _Model(rt, key[0], key[1], rt.task.input_kind, served_input_specs(rt), batched)
                 if self.inline:        # batched too: a sub-ms call inline beats any batch (see _run)
                     m.inline = Inline(measure_call_ms(rt))
                 m.metadata = _metadata(m)
@@ -227,6 +227,8 @@ class ServeCore(DynamicBatching):
             deadline_ms = self._deadline_ms(m, req.parameters)
             options = call_options(req.parameters)
             items = request_items(m.kind, m.inputs, req)
+            if req.classification and m.outputs is not None:
+                m.outputs.check_classification(req.classification)
             # a batched model runs up to max_batch_items requests per slot
             running_cap = self.max_in_flight * (self.max_batch_items if self._batches_on(m) else 1)
             if m.running + m.waiting >= running_cap + self.max_queue:
@@ -328,7 +330,8 @@ class ServeCore(DynamicBatching):
             "truncated": any(r.truncated for r in results),
             "latency_ms": round((time.perf_counter() - t0) * 1000, 3),
         }
-        return InferResponse(m.name, m.version, response_outputs(results, req.outputs or None, m.outputs),
+        outputs = response_outputs(results, req.outputs or None, m.outputs, req.classification)
+        return InferResponse(m.name, m.version, outputs,
                              id=req.id, parameters=params)
 
     # -- metrics -----------------------------------------------------------------------------

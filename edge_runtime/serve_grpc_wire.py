@@ -13,6 +13,7 @@ import numpy as np
 
 from . import error_codes as ec
 from . import serve_proto as sp
+from .serve_output_params import GRPC_OUTPUT_PARAMETERS, classification_count, refuse_shared_memory
 from .serve_types import BYTES, DATATYPES, InferRequest, InferResponse, ServeError, Tensor, numeric_bytes
 
 MAX_DIMS: Final = 16
@@ -113,6 +114,7 @@ def _tensor(t: Any, raw: bytes | None) -> Tensor:
     shape = _shape(t)
     count = _count(shape)
     params = {k: param_value(v) for k, v in t.parameters.items()}
+    refuse_shared_memory(f"input {name!r}", params)
     if datatype != BYTES and datatype not in DATATYPES:
         raise _bad(f"input {name!r}: unknown datatype {datatype!r}")
     if raw is None:
@@ -141,11 +143,17 @@ def to_request(msg: Any, received_bytes: int) -> InferRequest:
     if raws and len(raws) != len(msg.inputs):
         raise _bad(f"{len(raws)} raw_input_contents for {len(msg.inputs)} input(s): give one per input, or none")
     inputs = [_tensor(t, raws[i] if raws else None) for i, t in enumerate(msg.inputs)]
+    classes = {}
+    for o in msg.outputs:
+        count = classification_count(f"output {o.name!r}", {k: param_value(v) for k, v in o.parameters.items()},
+                                     GRPC_OUTPUT_PARAMETERS)
+        if count:
+            classes[o.name] = count
     return InferRequest(
         model=msg.model_name, version=msg.model_version or None, inputs=inputs, id=msg.id or None,
         outputs=[o.name for o in msg.outputs] or None,
         parameters={k: param_value(v) for k, v in msg.parameters.items()},
-        received_bytes=received_bytes)
+        received_bytes=received_bytes, classification=classes)
 
 
 # -- records -> wire ---------------------------------------------------------------------------------

@@ -77,3 +77,15 @@ def _metadata(m: _Model) -> dict:
     m.rt.reset_metrics()             # the load's own calls (batch warm-up, inline timing) are not traffic
     return {"name": m.name, "versions": [m.version], "platform": f"edge-runtime_{m.rt.variant.target}",
             "inputs": inputs, "outputs": outputs}
+
+
+def served_input_specs(rt) -> list[dict]:
+    """The model's inputs as a client sends them (metadata and request decoding): the first bucket's
+    specs, but a converted artifact's quantized ``tensors`` input (``tflite-int8``, ``edgetpu``) takes
+    real values that the task quantizes (``Tensors.real_inputs``): FP32, not the INT8 of its codes."""
+    specs = [dict(s) for s in rt.variant.buckets[0]["inputs"]]
+    if getattr(rt.task, "real_inputs", False):
+        for s in specs:
+            if s.get("quantization"):
+                s["dtype"] = "float32"
+    return specs

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import error_codes as ec
 from . import serve_json
+from .serve_output_params import classes_to_send, classification_tensor
 from .serve_types import BYTES, DATATYPES, ServeError, Tensor, datatype_of
 
 _BIG = ("embedding", "outputs", "raw_outputs")
@@ -77,22 +78,47 @@ class Output:
 class ServedOutputs:
     """The outputs of one served model, in metadata order, from its task (``serve_outputs.served_outputs``)."""
 
-    def __init__(self, outputs: list[Output]):
+    def __init__(self, outputs: list[Output], ranked: int | None = None, classes: int = -1):
         self.outputs = outputs
         self.by_name = {o.name: o for o in outputs}
         self.defaults = [o for o in outputs if o.default]
+        self.ranked = ranked        # a classifier's top-k length (-1: not stated); None: not a classifier
+        self.classes = classes      # a classifier's number of classes (-1: not stated)
 
     def metadata(self) -> list[dict]:
         return [o.meta() for o in self.outputs]
 
-    def build(self, results: list, requested: list[str] | None) -> list[Tensor]:
+    def build(self, results: list, requested: list[str] | None,
+              classification: dict[str, int] | None = None) -> list[Tensor]:
+        """The response tensors: those ``requested`` (or the defaults), each output named in
+        ``classification`` answered as the classification extension's top classes."""
         if requested is None:
             return [o.make(results) for o in self.defaults]
         unknown = [n for n in requested if n not in self.by_name]
         if unknown:
             raise bad(f"unknown output(s) {', '.join(map(repr, unknown))}; this model has "
                       f"{', '.join(self.by_name)}")
-        return [self.by_name[n].make(results) for n in requested]
+        classification = classification or {}
+        return [self._classified(n, results, classification[n]) if classification.get(n)
+                else self.by_name[n].make(results) for n in requested]
+
+    def check_classification(self, classification: dict[str, int]) -> None:
+        """Refuse, before any model work, a classification its model cannot answer (not a classifier,
+        ``result``, more classes than it ranks); an unknown output is refused with the others."""
+        for name, count in classification.items():
+            if name in self.by_name:
+                self._classifier_output(name)
+                if self.ranked is not None and self.ranked >= 0:
+                    classes_to_send(name, count, self.ranked, self.classes)
+
+    def _classifier_output(self, name: str) -> int:
+        if self.ranked is None or name == "result":
+            raise bad(f"output {name!r}: classification applies to a classifier's outputs"
+                      + ("" if self.ranked is None else " (label, class_id, score, top_k_*), not 'result'"))
+        return self.ranked
+
+    def _classified(self, name: str, results: list, count: int) -> Tensor:
+        return classification_tensor(name, results, count, self._classifier_output(name), self.classes)
 
 
 def result_output(default: bool) -> Output:

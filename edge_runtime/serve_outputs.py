@@ -30,6 +30,7 @@ class Sizes:
     """What a kind's metadata states of its outputs' sizes (-1: it varies, or nothing says)."""
 
     top_k: int = -1                # a classifier's K
+    classes: int = -1              # a classifier's number of classes
     dim: int = -1                  # an embedding's D
     keypoints: int = -1            # a pose model's K
     max_pixels: int | None = None  # the image pixel limit a segmenter's padded masks must fit
@@ -49,7 +50,9 @@ _KINDS: dict[str, Callable[[Sizes], list]] = {
 def outputs_of_kind(kind: str | None, sizes: Sizes) -> ServedOutputs:
     """The outputs of a task ``kind`` (``TASK_KINDS``); a task of its own (None): ``result`` alone."""
     make = _KINDS.get(kind or "")
-    return ServedOutputs(make(sizes) if make is not None else [result_output(default=True)])
+    if make is None:
+        return ServedOutputs([result_output(default=True)])
+    return ServedOutputs(make(sizes), ranked=sizes.top_k if kind == "classifier" else None, classes=sizes.classes)
 
 
 def task_kind(task: Any) -> str | None:
@@ -70,6 +73,7 @@ def served_outputs(task: Any, limits: Any = None) -> ServedOutputs:
     kind = task_kind(task)
     return outputs_of_kind(kind, Sizes(
         top_k=_top_k_len(task) if kind == "classifier" else -1,
+        classes=_classes(task) if kind == "classifier" else -1,
         dim=_embedding_dim(task) if kind == "embedding" else -1,
         keypoints=_keypoint_count(task) if kind == "pose" else -1,
         max_pixels=getattr(limits, "max_image_pixels", None),
@@ -104,11 +108,18 @@ def outputs_of_results(results: list) -> ServedOutputs:
     return outputs_of_kind(kind, Sizes(declared=declared))
 
 
-def response_outputs(results: list, requested: list[str] | None, served: ServedOutputs | None = None
-                     ) -> list[Tensor]:
+def response_outputs(results: list, requested: list[str] | None, served: ServedOutputs | None = None,
+                     classification: dict[str, int] | None = None) -> list[Tensor]:
     """The response tensors of ``results`` (one per item): those ``requested``, or the model's
-    defaults. ``served`` is the model's (``served_outputs``); without it, the results' fields say."""
-    return (served or outputs_of_results(results)).build(results, requested)
+    defaults; those in ``classification`` as the extension's top classes. ``served`` is the model's
+    (``served_outputs``); without it, the results' fields say."""
+    return (served or outputs_of_results(results)).build(results, requested, classification)
+
+
+def _classes(task: Any) -> int:
+    """A classifier's number of classes (its labels), -1 where the task does not say."""
+    labels = getattr(task, "labels", None)
+    return len(labels) if isinstance(labels, (list, tuple)) and labels else -1
 
 
 def _top_k_len(task: Any) -> int:

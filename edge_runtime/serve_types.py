@@ -88,6 +88,7 @@ class InferRequest:
     inputs: list[Tensor]
     id: str | None = None
     outputs: list[str] | None = None          # requested output names; None = every output
+    classification: dict[str, int] = field(default_factory=dict)   # output -> classes asked (the extension)
     parameters: dict[str, Any] = field(default_factory=dict)   # e.g. "timeout" (µs, as tritonclient)
     received_bytes: int = 0                   # the request's size on the wire, for metrics
 

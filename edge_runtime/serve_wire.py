@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import serve_json
+from .serve_output_params import HTTP_OUTPUT_PARAMETERS, classification_count, refuse_shared_memory
 from .serve_tensors import bad
 from .serve_types import BYTES, DATATYPES, InferRequest, InferResponse, Tensor, list_values, numeric_bytes
 
@@ -32,8 +33,9 @@ _LEN = struct.Struct("<I")
 
 
 def decode_request(body: bytes, header_length: str | None, model: str, version: str | None
-                   ) -> tuple[InferRequest, bool, set[str]]:
-    """(the request, binary outputs for every output?, names of outputs asked in binary)."""
+                   ) -> tuple[InferRequest, bool, dict[str, bool]]:
+    """(the request, binary outputs for every output? (``binary_data_output``), ``{output: binary?}`` of the
+    outputs whose own ``binary_data`` says, which overrides the request's)."""
     if header_length is not None:
         try:
             hl = int(header_length)
@@ -61,12 +63,12 @@ def decode_request(body: bytes, header_length: str | None, model: str, version: 
     if not isinstance(params, dict):
         raise bad("'parameters' is not a JSON object")
     binary_all = _flag(params.pop("binary_data_output", False), "parameters.binary_data_output")
-    outputs, binary_named = _outputs(doc.get("outputs"))
+    outputs, binary_named, classification = _outputs(doc.get("outputs"))
     rid = doc.get("id")
     if rid is not None and not isinstance(rid, str):
         raise bad("'id' is not a string")
     req = InferRequest(model=model, version=version, inputs=inputs, id=rid, outputs=outputs, parameters=params,
-                       received_bytes=len(body))
+                       received_bytes=len(body), classification=classification)
     return req, binary_all, binary_named
 
 
@@ -97,6 +99,7 @@ def _input(spec: Any, i: int, binary: memoryview, offset: int) -> tuple[Tensor, 
     params = spec.get("parameters") or {}
     if not isinstance(params, dict):
         raise bad(f"{where}: 'parameters' is not a JSON object")
+    refuse_shared_memory(where, params)
     size = params.get("binary_data_size")
     if size is not None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
@@ -189,12 +192,16 @@ def _from_json(where: str, datatype: str, shape: list[int], count: int, data: An
     return np.array(flat, dtype=dtype).reshape(shape)
 
 
-def _outputs(raw: Any) -> tuple[list[str] | None, set[str]]:
+def _outputs(raw: Any) -> tuple[list[str] | None, dict[str, bool], dict[str, int]]:
+    """(the requested names, ``{name: binary?}`` of those whose ``binary_data`` says, ``{name: classes}``
+    of those asked as classifications)."""
     if raw is None:
-        return None, set()
+        return None, {}, {}
     if not isinstance(raw, list):
         raise bad("'outputs' is not a list")
-    names, binary = [], set()
+    names: list[str] = []
+    binary: dict[str, bool] = {}
+    classes: dict[str, int] = {}
     for o in raw:
         if not isinstance(o, dict) or not isinstance(o.get("name"), str):
             raise bad("each of 'outputs' must be an object with a 'name'")
@@ -202,11 +209,15 @@ def _outputs(raw: Any) -> tuple[list[str] | None, set[str]]:
         params = o.get("parameters")
         if params is None:
             continue
+        where = f"output {o['name']!r}"
         if not isinstance(params, dict):
-            raise bad(f"output {o['name']!r}: 'parameters' is not a JSON object")
-        if _flag(params.get("binary_data", False), f"output {o['name']!r}: parameters.binary_data"):
-            binary.add(o["name"])
-    return names, binary
+            raise bad(f"{where}: 'parameters' is not a JSON object")
+        count = classification_count(where, params, HTTP_OUTPUT_PARAMETERS)
+        if count:
+            classes[o["name"]] = count
+        if "binary_data" in params:
+            binary[o["name"]] = _flag(params["binary_data"], f"{where}: parameters.binary_data")
+    return names, binary, classes
 
 
 def _flag(value: Any, where: str) -> bool:
@@ -217,12 +228,14 @@ def _flag(value: Any, where: str) -> bool:
     return value
 
 
-def encode_response(resp: InferResponse, binary_all: bool, binary_named: set[str]) -> tuple[bytes, int | None]:
-    """(body, JSON part length when binary data follows, else None)."""
+def encode_response(resp: InferResponse, binary_all: bool, binary_named: dict[str, bool]
+                    ) -> tuple[bytes, int | None]:
+    """(body, JSON part length when binary data follows, else None). An output's own ``binary_data``
+    overrides the request's ``binary_data_output`` (the protocol's rule), both ways."""
     outs, blobs = [], []
     for t in resp.outputs:
         o: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
-        if binary_all or t.name in binary_named:
+        if binary_named.get(t.name, binary_all):
             raw = _to_binary(t)
             o["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)

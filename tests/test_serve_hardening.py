@@ -364,7 +364,7 @@ def test_binary_flags_as_booleans_still_work():
            "parameters": {"binary_data_output": False},
            "outputs": [{"name": "label", "parameters": {"binary_data": True}}, {"name": "score"}]}
     _, binary_all, named = decode_request(json.dumps(doc).encode(), None, "m", None)
-    assert binary_all is False and named == {"label"}
+    assert binary_all is False and named == {"label": True}
     doc["parameters"] = {"binary_data_output": True}
     assert decode_request(json.dumps(doc).encode(), None, "m", None)[1] is True
 

@@ -61,8 +61,8 @@ def test_classifier_outputs_encode_as_the_numpy_ones_did(n, binary):
     assert all(type(t.data) is list for t in got)
     want = _numpy_outputs(results)
     assert [(t.datatype, t.shape) for t in got] == [(t.datatype, t.shape) for t in want]
-    a = encode_response(InferResponse("m", "1", got), binary, set())
-    b = encode_response(InferResponse("m", "1", want), binary, set())
+    a = encode_response(InferResponse("m", "1", got), binary, {})
+    b = encode_response(InferResponse("m", "1", want), binary, {})
     assert a == b
     if not binary:
         doc = json.loads(a[0])
