@@ -101,14 +101,34 @@ def _too_deep(limit: int) -> InputError:
     return InputError(f"JSON nested deeper than {limit} levels", code=ec.INPUT_TOO_DEEP)
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    """One JSON object, refused when it names a key twice (``{"x": [...], "x": [...]}`` fed the last)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
 def _read_json_input(path: str, lim: Limits = DEFAULT_LIMITS):
     _file_size(path, lim)
     text = Path(path).read_bytes()
     _nesting(text, lim.max_json_depth)      # before json builds it: its recursion would crash
     try:
-        data = json.loads(text.decode("utf-8-sig"))     # a BOM (Notepad writes one) is not content, as for --text-file
+        # a BOM (Notepad writes one) is not content, as for --text-file
+        data = json.loads(text.decode("utf-8-sig"), object_pairs_hook=_unique_keys)
     except RecursionError:
         raise _too_deep(lim.max_json_depth) from None
+    except _DuplicateKey as exc:
+        raise InputError(f"{path}: key {exc.args[0]!r} is given twice in one object (which one is meant is "
+                         "unknown: json keeps the last)", code=ec.INPUT_BAD_JSON) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{path} is not valid JSON: {exc}", code=ec.INPUT_BAD_JSON) from None
     json_depth(data, lim.max_json_depth)
@@ -153,10 +173,15 @@ def _read_arrays(path: str, lim: Limits, input_names: list[str]):
     try:
         if npz:
             with zipfile.ZipFile(path) as zf:
+                seen: set[str] = set()
                 for info in zf.infolist():
                     if not info.filename.endswith(".npy"):
                         raise InputError(f"{path}: member {info.filename!r} is not an array (.npy)",
                                          code=ec.INPUT_BAD_FILE)
+                    if info.filename in seen:   # numpy reads the last of them; which one was meant is unknown
+                        raise InputError(f"{path}: array {info.filename[:-4]!r} is in the archive twice",
+                                         code=ec.INPUT_BAD_FILE)
+                    seen.add(info.filename)
                     with zf.open(info) as fh:
                         shape, dtype = _npy_header(fh, f"{path}:{info.filename}")
                     total += math.prod(shape) * dtype.itemsize
