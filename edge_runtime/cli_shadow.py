@@ -13,6 +13,25 @@ from .cli_common import _guard, emit
 from .cli_score import error_json, exit_with
 
 
+class Fraction(click.FloatRange):
+    """A number in [0, 1]: click's ``FloatRange`` lets NaN through (every comparison with it is
+    false), so ``--min-agreement nan`` passed any agreement, 0 included, and ``--agree-at nan``
+    made every input disagree."""
+
+    name = "fraction"
+
+    def __init__(self) -> None:
+        super().__init__(0, 1)
+
+    def convert(self, value, param, ctx):
+        import math
+
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a number in the range 0<=x<=1.", param, ctx)
+        return rv
+
+
 @click.command("diff")
 @click.argument("a", type=click.Path())
 @click.argument("b", type=click.Path())
@@ -35,8 +54,23 @@ def diff_cmd(a, b, as_json, no_timings):
     from .diff import diff_artifacts, render_text
 
     report = diff_artifacts(a, b)
-    emit(report, as_json, lambda r: click.echo(render_text(r, timings=not no_timings)))
+    emit(json_text_floats(report) if as_json else report, as_json,
+         lambda r: click.echo(render_text(r, timings=not no_timings)))
     sys.exit(0 if report["same"] else 1)
+
+
+def json_text_floats(value):
+    """``value`` with each NaN or infinite float as its JSON text (``"NaN"``, ``"Infinity"``): a manifest
+    may hold one (a parity figure), and ``--json`` must stay strict JSON (``jq`` refuses a bare NaN)."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return {k: json_text_floats(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_text_floats(v) for v in value]
+    return value
 
 
 def _side_meta(rt) -> dict:
@@ -65,9 +99,9 @@ def host_cpu() -> str:
 @click.option("--device-a", default="auto", show_default=True, help="Device (and so variant) of A.")
 @click.option("--device-b", default="auto", show_default=True, help="Device (and so variant) of B.")
 @click.option("--require-device", is_flag=True, help="Fail (exit 4) instead of falling back to another device.")
-@click.option("--min-agreement", type=click.FloatRange(0, 1),
+@click.option("--min-agreement", type=Fraction(),
               help="Exit 7 (shadow_agreement_below) when agreement is under this fraction.")
-@click.option("--agree-at", type=click.FloatRange(0, 1),
+@click.option("--agree-at", type=Fraction(),
               help="Where a continuous figure counts as agreement: cosine for embeddings and tensors (0.99), "
                    "detection F1 (0.9), pixel agreement (0.97), keypoint PCK (0.95). Classifiers: top-1.")
 @click.option("--report", "report", type=click.Path(), help="Write a static HTML report (no server).")
@@ -100,8 +134,10 @@ def shadow_cmd(a, b, input_path, output, device_a, device_b, require_device, min
     the worst items, each side's accuracy when INPUT is labelled (a text<TAB>label
     TSV, a --label-field column, or a <label>/<image> folder), p50/p99 latency per side.
     --resume checks the job record as `score` does (same input, both artifacts,
-    variants and devices). Exit codes: 0; 7 under --min-agreement; 2 a bad input,
-    an empty one or two artifacts of different tasks; 3 an artifact that does not verify.
+    variants and devices). Exit codes: 0; 7 under --min-agreement (or asked of a run where
+    neither side found anything in any input); 2 a bad input, an empty one or two artifacts
+    of different tasks; 3 an artifact that does not verify; a side that answered no input at
+    all ends the run with its most frequent error's exit code, as `score` does.
     """
     from .runtime import load
     from .score import Progress
@@ -109,6 +145,8 @@ def shadow_cmd(a, b, input_path, output, device_a, device_b, require_device, min
     from .shadow import shadow, verdict
 
     to_stdout = output == "-"
+    if report:
+        check_report_path(report, input_path, output, (a, b))
     with load(a, device=device_a, strict=require_device) as rt_a, \
             load(b, device=device_b, strict=require_device) as rt_b:
         cap = 4 * min(rt_a.limits.max_request_bytes, rt_b.limits.max_request_bytes) + 65536
@@ -139,22 +177,76 @@ def shadow_cmd(a, b, input_path, output, device_a, device_b, require_device, min
 
 
 
+def check_report_path(report, input_path, output, artifacts) -> None:
+    """Refuse (``InputError``, exit 2, before anything runs) a ``--report`` that would overwrite what
+    the run reads or writes: the input (the page replaced a user's data with HTML, exit 0), the
+    ``-o`` output or its job record (the lines "nothing lost" promises), or a file of either artifact."""
+    import os
+
+    from .errors import InputError
+    from . import error_codes as ec
+    from .score_job import job_path
+
+    def same(x, y) -> bool:
+        try:
+            if os.path.samefile(x, y):
+                return True
+        except OSError:
+            pass
+        return Path(x).resolve() == Path(y).resolve()
+
+    target = Path(report)
+    named = [(input_path, "the input")]
+    if output and output != "-":
+        named += [(output, "the output"), (job_path(Path(output)), "the output's job record")]
+    for path, what in named:
+        if same(target, path):
+            raise InputError(f"--report {report} is {what} {path}: writing the page would destroy it; choose "
+                             f"another --report", code=ec.INPUT_INVALID, path=str(report))
+    where = target.resolve()
+    for art in artifacts:
+        root = Path(art).resolve()
+        if root.is_dir() and where.is_relative_to(root):
+            raise InputError(f"--report {report} is inside the artifact {art}: writing the page would change a "
+                             f"sealed artifact; choose another --report", code=ec.INPUT_INVALID, path=str(report))
+
+
 def _f(v, digits=4):
     return "-" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
 
 def summary_lines(d: dict) -> list[str]:
     """The human summary of a shadow run (``d``: the ``--json`` document)."""
+    from .shadow_summary import rate_text
+
     a, b = d["a"], d["b"]
     out = [f"A: {a['model']} v{a['version']} {a['target']} on {a['device']} (seal {str(a['manifest_sha256'])[:12]}…)",
            f"B: {b['model']} v{b['version']} {b['target']} on {b['device']} (seal {str(b['manifest_sha256'])[:12]}…)"]
     rule = "top-1" if d["kind"] == "classification" else f"{d['kind']}" + (
         f" >= {d['agree_at']}" if d.get("agree_at") is not None else "")
     out.append(f"{d['total']} inputs" + (f" (resumed after {d['resumed_from']})" if d["resumed_from"] else "")
-               + f": agreement {_f(d['agreement'])} ({d['agree']} of {d['compared']} compared, {rule}); "
-               f"failed only on A {d['only_a_failed']}, only on B {d['only_b_failed']}, on both {d['both_failed']}")
+               + f": agreement {rate_text(d['agree'], d['compared'])} ({d['agree']} of {d['compared']} compared, "
+               f"{rule}); "
+               f"failed only on A {d['only_a_failed']}, only on B {d['only_b_failed']}, on both {d['both_failed']}"
+               + (f" ({d['both_failed_differently']} with another error on each side, not compared)"
+                  if d.get("both_failed_differently") else ""))
+    if d.get("labels_note"):
+        out.append(f"  labels: {d['labels_note']}")
+    if d.get("empty"):
+        out.append(f"  {d['empty']} of the {d['compared']} compared inputs: nothing found on either side (an "
+                   f"agreement over nothing, left out of the figures)")
+    if d.get("mismatched"):
+        out.append(f"  {d['mismatched']} of the {d['compared']} compared inputs could not be compared (sizes or "
+                   f"shapes differ): disagreements")
+    cut = d.get("truncated") or {}
+    if cut.get("a") or cut.get("b"):
+        out.append(f"  truncated (longer than the largest bucket): A {cut['a']}, B {cut['b']} inputs; "
+                   f"{cut['one_side']} cut on one side only (the two answered different texts)")
     for name, fig in d["figures"].items():
-        out.append(f"  {name}: mean {_f(fig['mean'])}, p5 {_f(fig['p5'])}, min {_f(fig['min'])}")
+        if fig.get("worst") == "max":       # a difference: its worst inputs are its largest
+            out.append(f"  {name}: mean {_f(fig['mean'])}, p95 {_f(fig['p95'])}, max {_f(fig['max'])}")
+        else:
+            out.append(f"  {name}: mean {_f(fig['mean'])}, p5 {_f(fig['p5'])}, min {_f(fig['min'])}")
     if d["kind"] == "classification":
         flips = d["flips"]
         out.append("label flips (A -> B): " + (", ".join(f"{f['a']} -> {f['b']} x{f['count']}" for f in flips[:10])
@@ -162,12 +254,22 @@ def summary_lines(d: dict) -> list[str]:
                                                if flips else "none"))
     if d["accuracy"]:
         acc = d["accuracy"]
-        out.append(f"accuracy over {acc['samples']} labelled inputs (class ids): A {_f(acc['a'])}, B {_f(acc['b'])}")
+        out.append(f"accuracy over {acc['samples']} labelled inputs (class ids): A "
+                   f"{rate_text(acc['correct_a'], acc['samples'])}, B {rate_text(acc['correct_b'], acc['samples'])}")
     if d.get("accuracy_note"):
         out.append(f"accuracy: {d['accuracy_note']}")
+    if d.get("unknown_labels"):
+        out.append(f"accuracy: {d['unknown_labels']['note']}")
     la, lb = d["latency_ms"]["a"], d["latency_ms"]["b"]
-    out.append(f"latency per input (ms, infer()): A p50 {_f(la['p50'], 3)} p99 {_f(la['p99'], 3)} | "
-               f"B p50 {_f(lb['p50'], 3)} p99 {_f(lb['p99'], 3)}  [{d['cpu']}]")
+
+    def pct(side: dict, p: str) -> str:       # a percentile from too few inputs is the slowest one: starred
+        return _f(side[p], 3) + ("*" if p in (side.get("few_samples_for") or ()) and side[p] is not None else "")
+    out.append(f"latency per input (ms, infer()): A p50 {pct(la, 'p50')} p99 {pct(la, 'p99')} | "
+               f"B p50 {pct(lb, 'p50')} p99 {pct(lb, 'p99')}  [{d['cpu']}]")
+    few = sorted({p for s in (la, lb) if s["p50"] is not None for p in s.get("few_samples_for") or ()})
+    if few:
+        out.append(f"  * from A {la['n']}, B {lb['n']} answered inputs: a p50 needs 2, a p99 100; with fewer "
+                   f"it is the slowest call")
     for k in ("a", "b"):
         if d["errors"][k]:
             out.append(f"errors {k.upper()}: " + ", ".join(f"{c} {n}" for c, n in d["errors"][k].items()))
@@ -179,7 +281,8 @@ def summary_lines(d: dict) -> list[str]:
                                                     else "")) if s.get("ok") else f"error {s.get('code')}"
             cmp = e.get("compare") or {}
             fig = next((f"{k} {_f(cmp[k])}" for k in ("margin", "cosine", "f1", "pixel_agreement", "pck")
-                        if isinstance(cmp.get(k), (int, float))), "")
+                        if isinstance(cmp.get(k), (int, float))),
+                       f"not comparable: {cmp['mismatch']}" if cmp.get("mismatch") else "")
             out.append(f"  [{e['index']}] {str(e['id'])[:40]}: A {side(e['a'])} | B {side(e['b'])}"
                        + (f" | truth {e['truth']}" if e.get("truth") is not None else "")
                        + (f" (#{e['truth_id']})" if e.get("truth_id") is not None else "")

@@ -33,8 +33,15 @@ threshold in its options, so ``--resume`` refuses (``score_output_mismatch``) an
 input, either side's artifact, variant or device; a partial last line is cut and
 re-run. The summary is computed over the whole output, resumed lines included.
 
+B's class ids are compared as A's classes where their labels differ (``shadow_truth.a_classes``):
+a classifier's ``class_id`` and ``top_k``, a detector's boxes, a segmenter's mask values, so a
+swapped labels file never agrees and a reordered one with its class ids reordered does.
+
 The summary: agreement = agreeing inputs / compared inputs (compared: at least one
-side answered); the flip matrix (classifiers: A's label × B's label, counts; a
+side answered; ``empty``: those where neither side found anything, ``mismatched``: those
+whose results could not be compared, ``truncated``: inputs each side answered on a cut text);
+rates are cut, never rounded up (19999 of 20000 is 0.9999, never 1.0000); the flip matrix
+(classifiers: A's label × B's label, counts; a
 text the labels repeat shown with its class id, ``crane#517``); the
 N worst inputs (highest ``badness``: a failure on one side, then the task's own
 figure: the lowest margin, cosine, F1...); each side's accuracy over the labelled
@@ -59,8 +66,9 @@ from typing import Any
 from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
 from .shadow_lines import INPUT_PREVIEW_CHARS, _dumps, shadow_line
-from .shadow_summary import FAILED_BADNESS, ShadowSummary, verdict
-from .shadow_truth import a_classes, check_labels, labels_of, repeated_texts, truths
+from .shadow_summary import FAILED_BADNESS, ShadowSummary, check_fraction, verdict
+from .shadow_truth import (a_classes, check_labels, class_labels, label_space_note, labels_of,
+                           repeated_texts, truths)
 
 
 # -- running --------------------------------------------------------------------------------
@@ -110,13 +118,17 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
     from .score_job import check_resume_options
 
     check_resume_options(resume, force, out)
+    agree_at = check_fraction("agree_at", agree_at)     # NaN: every continuous figure "disagreed"
     if rt_a.artifact.task != rt_b.artifact.task:
         raise InputError(f"A is a {rt_a.artifact.task} artifact, B a {rt_b.artifact.task} one: their outputs "
                          f"cannot be compared", code=ec.SHADOW_TASK_MISMATCH)
     summary = ShadowSummary(worst_n=worst_n)
     source = getattr(records, "source", None)
     labels_a = labels_of(rt_a)
-    labelled = check_labels(source, labels_a, label_field)     # a label naming several classes: refused here
+    unknown: dict = {}
+    labelled = check_labels(source, labels_a, label_field, unknown=unknown)   # a label naming several: refused
+    if unknown.get("count"):        # never silently unlabelled: a typo'd label column gave no accuracy at all
+        summary.unknown_labels = (int(unknown["count"]), str(unknown["first"]))
     if labels_a is None and labelled:
         task = getattr(rt_a.task, "name", None) or rt_a.artifact.task
         summary.accuracy_note = (f"the input holds {labelled} labelled record{'s' if labelled > 1 else ''}, but A is "
@@ -125,7 +137,10 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
 
     labels_b = labels_of(rt_b)
     summary.repeated = repeated_texts(labels_a, labels_b)
-    b_to_a = a_classes(labels_a, labels_b)          # B's labels reordered or extended: compared as A's classes
+    # B's labels reordered or extended: compared as A's classes; a detector's boxes and a segmenter's mask
+    # too (their labels are no classifier's, so not ``labels_of``'s: a swapped labels file agreed)
+    b_to_a = a_classes(class_labels(rt_a), class_labels(rt_b))
+    summary.labels_note = label_space_note(class_labels(rt_a), class_labels(rt_b))     # said, never silent
 
     def labels():
         return truths(source, labels_a, label_field, labels_b=labels_b)

@@ -10,8 +10,9 @@ Per task family:
 
 - **classifiers** (``class_id``/``top_k``): ``top1_match``; ``margin``: B's probability of
   A's top-1 class minus B's best other class (> 0: B keeps A's answer, by that much;
-  < 0: B flips, by that much; from B's top-k, a class outside it counts as 0 and
-  ``margin_bound`` says the figure is an upper bound); ``score_diff``: |A's probability
+  < 0: B flips, by that much; from B's top-k: A's class outside it counts as 0, and B's best
+  other class, where B lists A's class alone, as min(p, 1 - p); ``margin_bound`` then says the
+  figure is a lower bound); ``score_diff``: |A's probability
   of its top-1 − B's probability of the same class|. ``badness`` = −margin.
 - **embeddings**: ``cosine``; agree when ≥ ``agree_at`` (default 0.99, the convert budget).
 - **detections**: ``f1`` of B's detections against A's (matched by class at IoU ≥ 0.5,
@@ -22,6 +23,11 @@ Per task family:
 - **keypoints**: ``pck``: the share of keypoints within 5% of the largest coordinate span of A's;
   agree when ≥ ``agree_at`` (0.95).
 - anything else: ``agree`` when the predictions are equal.
+
+Two results that cannot be compared (embeddings of two sizes, a tensor or mask of another shape,
+other output names, B's result of another kind than A's) disagree with ``mismatch`` saying why
+and no figure. Where neither side found anything (no box, no keypoint) they agree with ``empty``:
+an agreement over nothing, which the summary counts apart and leaves out of the figures.
 """
 
 from __future__ import annotations
@@ -60,10 +66,14 @@ def compare_classification(a: dict, b: dict) -> dict:
     ca, cb = a.get("class_id"), b.get("class_id")
     match = ca == cb if ca is not None and cb is not None else a.get("prediction") == b.get("prediction")
     pa, pb = _probs(a), _probs(b)
-    bound = ca not in pb
     p_b_of_a = pb.get(ca, 0.0) if ca is not None else 0.0
     others = [p for i, p in pb.items() if i != ca]
-    margin = p_b_of_a - (max(others) if others else 0.0)
+    # B's top-k lists what it lists: A's class outside it counts as 0, and where it lists A's class
+    # alone (top_k 1) B's best other class is only known to be at most min(p, 1 - p): the margin is
+    # then that lower bound, never p - 0 (a 0.51 against 0.49 read as a margin of 0.51)
+    bound = ca not in pb or not others
+    best_other = max(others) if others else min(p_b_of_a, 1.0 - p_b_of_a)
+    margin = p_b_of_a - best_other
     top_a = pa.get(ca, 0.0) if ca is not None else 0.0
     return {"kind": "classification", "agree": bool(match), "top1_match": bool(match),
             "margin": round(margin, 6), "margin_bound": bound, "score_a": round(top_a, 6),
@@ -73,14 +83,26 @@ def compare_classification(a: dict, b: dict) -> dict:
 
 def _cosine(x: np.ndarray, y: np.ndarray) -> float:
     x, y = x.astype(np.float64).ravel(), y.astype(np.float64).ravel()
-    if x.shape != y.shape:
-        return 0.0
+    if x.size and np.array_equal(x, y):
+        return 1.0          # the same values, all-zero ones included (0 / 0 read as "orthogonal")
     norm = float(np.linalg.norm(x)) * float(np.linalg.norm(y))
     return float(x @ y) / max(norm, 1e-12)
 
 
+def _mismatch(kind: str, why: str, agree_at: float | None = None) -> dict:
+    """Two results that cannot be compared (another embedding size, other output shapes, B without
+    the output A's comparison reads): a disagreement with no figure, never a figure of 0 or 1."""
+    out: dict = {"kind": kind, "agree": False, "mismatch": why, "badness": 1.0}
+    if agree_at is not None:
+        out["agree_at"] = agree_at
+    return out
+
+
 def compare_embedding(a: dict, b: dict, agree_at: float) -> dict:
-    cos = _cosine(np.asarray(a["embedding"]), np.asarray(b["embedding"]))
+    x, y = np.asarray(a["embedding"]), np.asarray(b["embedding"])
+    if x.shape != y.shape:
+        return _mismatch("embedding", f"embedding sizes differ: A {x.size}, B {y.size}", agree_at)
+    cos = _cosine(x, y)
     return {"kind": "embedding", "agree": cos >= agree_at, "cosine": round(cos, 6), "agree_at": agree_at,
             "badness": round(1.0 - cos, 6)}
 
@@ -94,9 +116,12 @@ def compare_detection(a: dict, b: dict, agree_at: float) -> dict:
     r = detection_parity([ref], [cand])
     f1 = float(r["value"])
     miou = r.get("mean_iou")
-    return {"kind": "detection", "agree": f1 >= agree_at, "f1": round(f1, 6), "mean_iou": miou,
-            "detections_a": len(ref.detections), "detections_b": len(cand.detections), "matched": r["matched"],
-            "agree_at": agree_at, "badness": round(1.0 - f1 + (0.0 if miou is None else (1.0 - miou) / 10), 6)}
+    out = {"kind": "detection", "agree": f1 >= agree_at, "f1": round(f1, 6), "mean_iou": miou,
+           "detections_a": len(ref.detections), "detections_b": len(cand.detections), "matched": r["matched"],
+           "agree_at": agree_at, "badness": round(1.0 - f1 + (0.0 if miou is None else (1.0 - miou) / 10), 6)}
+    if not ref.detections and not cand.detections:
+        out["empty"] = True         # no box on either side: they agree, on nothing (the summary says so)
+    return out
 
 
 def _array(out: Any) -> np.ndarray:
@@ -105,7 +130,9 @@ def _array(out: Any) -> np.ndarray:
 
 def compare_segmentation(a: dict, b: dict, agree_at: float) -> dict:
     ma, mb = _array(a["outputs"]["mask"]), _array(b["outputs"]["mask"])
-    share = float(np.mean(ma == mb)) if ma.shape == mb.shape and ma.size else 0.0
+    if ma.shape != mb.shape or not ma.size:
+        return _mismatch("segmentation", f"mask shapes differ: A {list(ma.shape)}, B {list(mb.shape)}", agree_at)
+    share = float(np.mean(ma == mb))
     return {"kind": "segmentation", "agree": share >= agree_at, "pixel_agreement": round(share, 6),
             "agree_at": agree_at, "badness": round(1.0 - share, 6)}
 
@@ -113,18 +140,26 @@ def compare_segmentation(a: dict, b: dict, agree_at: float) -> dict:
 def compare_tensors(a: dict, b: dict, agree_at: float) -> dict:
     oa, ob = a.get("outputs") or {}, b.get("outputs") or {}
     if sorted(oa) != sorted(ob):
-        cos = 0.0
-    else:
-        cos = _cosine(np.concatenate([_array(oa[k]).astype(np.float64).ravel() for k in sorted(oa)]),
-                      np.concatenate([_array(ob[k]).astype(np.float64).ravel() for k in sorted(ob)]))
+        return _mismatch("tensors", f"output names differ: A {sorted(oa)}, B {sorted(ob)}", agree_at)
+    xa, xb = {k: _array(oa[k]) for k in oa}, {k: _array(ob[k]) for k in ob}
+    shapes = [k for k in sorted(xa) if xa[k].shape != xb[k].shape]
+    if shapes:      # flattened together, other shapes of one total size lined up unrelated values
+        k = shapes[0]
+        return _mismatch("tensors", f"output {k!r} shapes differ: A {list(xa[k].shape)}, B {list(xb[k].shape)}",
+                         agree_at)
+    cos = _cosine(np.concatenate([xa[k].astype(np.float64).ravel() for k in sorted(xa)]),
+                  np.concatenate([xb[k].astype(np.float64).ravel() for k in sorted(xb)]))
     return {"kind": "tensors", "agree": cos >= agree_at, "cosine": round(cos, 6), "agree_at": agree_at,
             "badness": round(1.0 - cos, 6)}
 
 
 def compare_keypoints(a: dict, b: dict, agree_at: float) -> dict:
     ka, kb = a.get("keypoints") or [], b.get("keypoints") or []
-    if not ka or len(ka) != len(kb):
-        pck = 1.0 if not ka and not kb else 0.0
+    if not ka and not kb:
+        return {"kind": "keypoints", "agree": True, "pck": 1.0, "agree_at": agree_at, "badness": 0.0,
+                "empty": True}      # no keypoint on either side: they agree, on nothing (the summary says so)
+    if len(ka) != len(kb):
+        pck = 0.0
     else:
         pa = np.array([[k["x"], k["y"]] for k in ka], dtype=float)
         pb = np.array([[k["x"], k["y"]] for k in kb], dtype=float)
@@ -141,13 +176,16 @@ def compare(a: dict, b: dict, agree_at: float | None = None) -> dict:
     def at() -> float:
         return DEFAULT_AGREE_AT.get(kind, 1.0) if agree_at is None else float(agree_at)
 
+    if kind != "other" and kind_of(b) != kind:       # B lacks what A's comparison reads: never "equal predictions"
+        return _mismatch(kind, f"A's result is of kind {kind}, B's of kind {kind_of(b)}",
+                         None if kind == "classification" else at())
     if kind == "classification":
         return compare_classification(a, b)
-    if kind == "embedding" and b.get("embedding") is not None:
+    if kind == "embedding":
         return compare_embedding(a, b, at())
     if kind == "detection":
         return compare_detection(a, b, at())
-    if kind == "segmentation" and "mask" in (b.get("outputs") or {}):
+    if kind == "segmentation":
         return compare_segmentation(a, b, at())
     if kind == "tensors":
         return compare_tensors(a, b, at())

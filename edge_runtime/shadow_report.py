@@ -14,7 +14,7 @@ import html
 import math
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def histogram_svg(series: list[tuple[str, list, str]], *, title: str, unit: str, log: bool = True,
+def histogram_svg(series: list[tuple[str, Sequence[Any], str]], *, title: str, unit: str, log: bool = True,
                   width: int = 760, height: int = 240, bins: int = 48, marks: bool = True) -> str:
     """Overlaid histograms of ``series`` ``[(name, values, colour)]`` as one inline SVG, with each
     series' p50 (dashed) and p99 (dotted) as vertical lines."""
@@ -191,21 +191,44 @@ def _worst_html(summary: dict) -> str:
     return "".join(rows)
 
 
-def render(summary: dict, latencies: tuple[list, list], figures: dict, meta: dict) -> str:
+def render(summary: dict, latencies: tuple[Sequence[Any], Sequence[Any]], figures: dict, meta: dict) -> str:
     """The page: ``summary`` is ``ShadowSummary.to_dict()``, ``latencies`` each side's latency_ms,
     ``figures`` the task figure's values by name, ``meta`` ``{"a", "b", "input", "cpu", "output"}``."""
+    from .shadow_summary import rate_text
+
     a, b = meta["a"], meta["b"]
     agreement = summary.get("agreement")
     acc = summary.get("accuracy")
     lat = summary["latency_ms"]
-    cards = [("agreement", f"{_fmt(agreement)}", f"{summary['agree']} of {summary['compared']} compared"),
-             ("inputs", str(summary["total"]), f"{summary['both_failed']} failed on both sides")]
+    agreed = f"{summary['agree']} of {summary['compared']} compared"
+    if summary.get("empty"):
+        agreed += f"; {summary['empty']} with nothing found on either side"
+    if summary.get("mismatched"):
+        agreed += f"; {summary['mismatched']} not comparable"
+    shown = rate_text(summary["agree"], summary["compared"]) if agreement is not None else "–"
+    cards = [("agreement", shown, agreed),
+             ("inputs", str(summary["total"]), f"{summary['both_failed']} failed on both sides"
+                                                + (f" ({summary['both_failed_differently']} with other errors)"
+                                                   if summary.get("both_failed_differently") else "") + ", "
+                                                f"{summary['only_a_failed']} only on A, {summary['only_b_failed']} "
+                                                f"only on B")]
+    if summary.get("labels_note"):
+        cards.append(("labels", "by class index", summary["labels_note"]))
+    cut = summary.get("truncated") or {}
+    if cut.get("a") or cut.get("b"):
+        cards.append(("truncated A / B", f"{cut['a']} / {cut['b']}", f"{cut['one_side']} cut on one side only"))
     if acc:
-        cards.append(("accuracy A / B", f"{_fmt(acc['a'])} / {_fmt(acc['b'])}", f"{acc['samples']} labelled inputs"))
+        shown = f"{rate_text(acc['correct_a'], acc['samples'])} / {rate_text(acc['correct_b'], acc['samples'])}"
+        cards.append(("accuracy A / B", shown, f"{acc['samples']} labelled inputs"))
     if summary.get("accuracy_note"):
         cards.append(("accuracy", "-", summary["accuracy_note"]))
+    if summary.get("unknown_labels"):
+        cards.append(("unknown labels", str(summary["unknown_labels"]["count"]), summary["unknown_labels"]["note"]))
+    few = any("p99" in (lat[k].get("few_samples_for") or ()) for k in ("a", "b"))
     cards.append(("latency p50 A / B", f"{_fmt(lat['a']['p50'], 3)} / {_fmt(lat['b']['p50'], 3)} ms",
-                  f"p99 {_fmt(lat['a']['p99'], 3)} / {_fmt(lat['b']['p99'], 3)} ms"))
+                  f"p99 {_fmt(lat['a']['p99'], 3)} / {_fmt(lat['b']['p99'], 3)} ms"
+                  + (f" (from {lat['a']['n']} / {lat['b']['n']} inputs: under 100, a p99 is the slowest call)"
+                     if few else "")))
     card_html = "".join(f'<div class="card">{_e(t)}<b>{_e(v)}</b><span class="muted">{_e(s)}</span></div>'
                         for t, v, s in cards)
     sides = "".join(

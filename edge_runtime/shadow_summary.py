@@ -4,6 +4,7 @@ accuracy, latency; accumulated line by line) and ``verdict`` (the typed error th
 from __future__ import annotations
 
 import heapq
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,14 +14,34 @@ from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError, ParityError
 
 FAILED_BADNESS = 10.0       # one side failed: worse than any figure
+LOWER_IS_BETTER = ("score_diff",)   # figures whose worst is their largest (the others': their smallest)
 
 
-def _latency(values: list) -> dict:
+# samples a percentile needs before at least one lies above it (below that it reads the slowest: bench's rule)
+MIN_SAMPLES = {"p50": 2, "p99": 100}
+
+
+def _latency(values) -> dict:
     lat = np.asarray(values, dtype=float)
     if not lat.size:
-        return {"n": 0, "p50": None, "p99": None, "mean": None}
+        return {"n": 0, "p50": None, "p99": None, "mean": None, "few_samples_for": []}
     return {"n": int(lat.size), "p50": round(float(np.percentile(lat, 50)), 3),
-            "p99": round(float(np.percentile(lat, 99)), 3), "mean": round(float(lat.mean()), 3)}
+            "p99": round(float(np.percentile(lat, 99)), 3), "mean": round(float(lat.mean()), 3),
+            "few_samples_for": [p for p, k in MIN_SAMPLES.items() if lat.size < k]}
+
+
+def floor_rate(num: int, den: int, digits: int = 6) -> float:
+    """``num / den`` cut (never rounded up) to ``digits`` decimals, in integers: 19999 of 20000 is
+    0.9999 at four, never "1.0000" (nor 0.98995 "0.9900" against a threshold of 0.99)."""
+    scale = 10 ** digits
+    return (int(num) * scale // int(den)) / scale
+
+
+def rate_text(num: int | None, den: int | None, digits: int = 4) -> str:
+    """A rate of two counts as text, cut to ``digits`` (``floor_rate``); ``-`` over nothing."""
+    if num is None or not den:
+        return "-"
+    return f"{floor_rate(num, den, digits):.{digits}f}"
 
 
 def _pred(side: dict) -> Any:
@@ -43,15 +64,18 @@ class ShadowSummary:
     compared: int = 0
     agree: int = 0
     both_failed: int = 0
+    both_failed_differently: int = 0    # ... with another error code on each side (A refused it, B timed out)
     only_a_failed: int = 0
     only_b_failed: int = 0
     resumed_from: int = 0
     wall_s: float = 0.0
     kind: str | None = None
     agree_at: float | None = None
-    latencies_a: list = field(default_factory=list, repr=False)
-    latencies_b: list = field(default_factory=list, repr=False)
-    figures: dict = field(default_factory=dict, repr=False)       # figure name -> values
+    # one C double per input and figure (8 bytes, not a 32-byte float object in a list: a run over
+    # millions of inputs keeps its summary in a quarter of the memory)
+    latencies_a: array = field(default_factory=lambda: array("d"), repr=False)
+    latencies_b: array = field(default_factory=lambda: array("d"), repr=False)
+    figures: dict = field(default_factory=dict, repr=False)       # figure name -> values (array of doubles)
     matrix: dict = field(default_factory=dict)                    # (label A, label B) -> count
     errors_a: dict = field(default_factory=dict)
     errors_b: dict = field(default_factory=dict)
@@ -59,7 +83,14 @@ class ShadowSummary:
     correct_a: int = 0
     correct_b: int = 0
     unscored_b: int = 0             # labelled inputs whose class B's labels cannot name (B's labels differ)
+    empty: int = 0                  # compared inputs where neither side found anything (no box, no keypoint)
+    truncated_a: int = 0            # inputs a side answered on a cut text (longer than its largest bucket)
+    truncated_b: int = 0
+    truncated_one_side: int = 0     # ... on one side only: the two did not answer the same input
+    mismatched: int = 0             # compared inputs whose results could not be compared (other sizes, shapes)
     accuracy_note: str | None = None
+    labels_note: str | None = None      # A's and B's labels share no text: compared by class index alone
+    unknown_labels: tuple | None = None     # (how many, the first and where): labels naming no class of A's
     repeated: frozenset = frozenset()   # label texts a labels file repeats: the matrix names them with their id
     _worst: list = field(default_factory=list, repr=False)        # heap of (badness, -index, entry)
     side_counts: tuple = field(default=(), repr=False)            # (score.Summary of A, of B)
@@ -80,6 +111,10 @@ class ShadowSummary:
             else:
                 code = (side.get("error") or {}).get("code", ec.UNKNOWN)
                 errs[code] = errs.get(code, 0) + 1
+        cut = [bool(side.get("ok") and side["result"].get("truncated")) for side in (a, b)]
+        self.truncated_a += cut[0]
+        self.truncated_b += cut[1]
+        self.truncated_one_side += a.get("ok") and b.get("ok") and cut[0] != cut[1]
         truth = line.get("truth")
         truth_id = line.get("truth_id")     # class ids, never label texts: a labels file may repeat one
         if truth_id is not None:
@@ -92,6 +127,8 @@ class ShadowSummary:
                 self.correct_b += _class_id(b) == truth_b
         if not a.get("ok") and not b.get("ok"):
             self.both_failed += 1
+            codes = [(side.get("error") or {}).get("code") for side in (a, b)]
+            self.both_failed_differently += codes[0] != codes[1]     # not compared, but not alike either
             return
         self.compared += 1
         self.agree += bool(line.get("agree"))
@@ -104,9 +141,13 @@ class ShadowSummary:
             self.kind = self.kind or cmp.get("kind")
             if cmp.get("agree_at") is not None:
                 self.agree_at = cmp["agree_at"]
+            self.empty += bool(cmp.get("empty"))
+            self.mismatched += bool(cmp.get("mismatch"))
             for k in ("margin", "cosine", "f1", "mean_iou", "pixel_agreement", "pck", "score_diff"):
+                if cmp.get("empty"):
+                    break           # an F1 of 1 over no box is no figure of how alike the two are
                 if isinstance(cmp.get(k), (int, float)):
-                    self.figures.setdefault(k, []).append(float(cmp[k]))
+                    self.figures.setdefault(k, array("d")).append(float(cmp[k]))
             if cmp.get("kind") == "classification":
                 key = (self._name(a), self._name(b))
                 self.matrix[key] = self.matrix.get(key, 0) + 1
@@ -142,14 +183,26 @@ class ShadowSummary:
         labels = sorted({k[0] for k in self.matrix} | {k[1] for k in self.matrix}, key=_label_key)
         return {"labels": labels, "counts": [[self.matrix.get((x, y), 0) for y in labels] for x in labels]}
 
+    def _unknown_labels(self) -> dict | None:
+        if not self.unknown_labels:
+            return None
+        n, first = self.unknown_labels
+        return {"count": n, "first": first,
+                "note": f"{n} labelled input{'s' if n > 1 else ''} name{'s' if n == 1 else ''} no class of A's labels "
+                        f"(the first: {first}): left out of the accuracy, as eval skips them"}
+
     def to_dict(self) -> dict:
-        figs = {k: {"mean": round(float(np.mean(v)), 6), "min": round(float(np.min(v)), 6),
+        figs: dict[str, dict[str, Any]] = {k: {"mean": round(float(np.mean(v)), 6), "min": round(float(np.min(v)), 6),
                     "p5": round(float(np.percentile(v, 5)), 6)} for k, v in self.figures.items() if v}
+        for k in LOWER_IS_BETTER:       # its worst tail is the top one: the low tail hid the largest drift
+            if self.figures.get(k):
+                figs[k].update(p95=round(float(np.percentile(self.figures[k], 95)), 6),
+                               max=round(float(np.max(self.figures[k])), 6), worst="max")
         acc = None
         if self.labelled:
             scored_b = not self.unscored_b
-            acc = {"samples": self.labelled, "a": round(self.correct_a / self.labelled, 6),
-                   "b": round(self.correct_b / self.labelled, 6) if scored_b else None, "correct_a": self.correct_a,
+            acc = {"samples": self.labelled, "a": floor_rate(self.correct_a, self.labelled),
+                   "b": floor_rate(self.correct_b, self.labelled) if scored_b else None, "correct_a": self.correct_a,
                    "correct_b": self.correct_b if scored_b else None, "basis": "class ids (A's labels)"}
         note = self.accuracy_note
         if self.labelled and self.unscored_b:
@@ -157,10 +210,14 @@ class ShadowSummary:
                     f"class B's labels do not name once (a text either repeats, or none shared), so B's accuracy is "
                     f"not measured")
         return {"total": self.total, "compared": self.compared, "agree": self.agree,
-                "agreement": None if self.agreement is None else round(self.agreement, 6), "kind": self.kind,
-                "agree_at": self.agree_at, "both_failed": self.both_failed, "only_a_failed": self.only_a_failed,
+                "agreement": floor_rate(self.agree, self.compared) if self.compared else None, "kind": self.kind,
+                "agree_at": self.agree_at, "empty": self.empty, "mismatched": self.mismatched,
+                "truncated": {"a": self.truncated_a, "b": self.truncated_b, "one_side": self.truncated_one_side},
+                "both_failed": self.both_failed, "both_failed_differently": self.both_failed_differently,
+                "only_a_failed": self.only_a_failed,
                 "only_b_failed": self.only_b_failed, "figures": figs, "flips": self.flips(),
                 "matrix": self.matrix_table() if self.matrix else None, "accuracy": acc, "accuracy_note": note,
+                "labels_note": self.labels_note, "unknown_labels": self._unknown_labels(),
                 "latency_ms": {"a": _latency(self.latencies_a), "b": _latency(self.latencies_b),
                                "basis": "each side's result latency_ms: one infer(), raw input in, result out"},
                 "errors": {"a": dict(sorted(self.errors_a.items())), "b": dict(sorted(self.errors_b.items()))},
@@ -182,19 +239,49 @@ def _brief(side: dict) -> dict:
     return out
 
 
+def check_fraction(name: str, value: object) -> float | None:
+    """``value`` (``--min-agreement``, ``--agree-at``) as a float in [0, 1], or None; anything else
+    (NaN: every comparison with it is false, so it passed any agreement) is an ``InputError``."""
+    import numbers
+
+    if value is None:
+        return None
+    v = float("nan")           # a bool, a text, anything but a real number: refused below
+    if not isinstance(value, bool) and isinstance(value, numbers.Real):
+        v = float(value)
+    if not 0.0 <= v <= 1.0:
+        raise InputError(f"{name} must be a number in [0, 1], got {value!r}", code=ec.INPUT_INVALID)
+    return v
+
+
 def verdict(summary: ShadowSummary, min_agreement: float | None = None) -> EdgeRuntimeError | None:
     """The typed error the run ends with, or None: no input (exit 2); no input answered on
-    either side (the most frequent error's layer, as ``score``); agreement under
-    ``min_agreement`` (``ParityError``, exit 7)."""
+    either side, or on one of them (that side's most frequent error's layer, as ``score``: a B
+    that answered nothing was never compared, whatever the agreement says); agreement under
+    ``min_agreement`` (``ParityError``, exit 7), or ``min_agreement`` asked of a run where no
+    input held anything to compare (neither side found a box or keypoint anywhere)."""
     from .score import verdict as score_verdict
 
+    min_agreement = check_fraction("min_agreement", min_agreement)
     if summary.total == 0:
         return InputError("the input held no records: nothing was compared", code=ec.SCORE_INPUT_EMPTY)
-    if summary.compared == 0:
-        return score_verdict(summary.side_counts[0]) or score_verdict(summary.side_counts[1])
+    for side, counts in zip("AB", summary.side_counts):
+        problem = score_verdict(counts)
+        if problem is not None:
+            if summary.compared:        # the other side answered: say which side answered nothing
+                problem.message = f"side {side}: {problem.message}"
+                problem.args = (problem.message,)
+                problem.details["side"] = side
+            return problem
     agreement = summary.agreement
+    if min_agreement is not None and summary.compared and summary.empty == summary.compared:
+        return ParityError(f"no input held anything to compare: neither side found anything in any of the "
+                           f"{summary.compared} compared inputs, so their agreement is over nothing and cannot "
+                           f"meet --min-agreement {min_agreement:g}", code=ec.SHADOW_AGREEMENT_BELOW,
+                           agreement=agreement, compared=summary.compared, min_agreement=min_agreement)
     if min_agreement is not None and agreement is not None and agreement < min_agreement:
-        return ParityError(f"A and B agree on {summary.agree} of {summary.compared} inputs ({agreement:.4f}), under "
+        shown = rate_text(summary.agree, summary.compared)
+        return ParityError(f"A and B agree on {summary.agree} of {summary.compared} inputs ({shown}), under "
                            f"--min-agreement {min_agreement:g}", code=ec.SHADOW_AGREEMENT_BELOW,
                            agreement=agreement, compared=summary.compared, min_agreement=min_agreement)
     return None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from .errors import InputError
-from .evaluate import LabelIndex, ambiguous_label, is_classifier
+from .eval_labels import LabelIndex, ambiguous_label, is_classifier
 
 NO_CLASS = -1       # ``Truth.b`` where B's labels have no class of that text: B is wrong whatever it answers
 
@@ -37,6 +37,12 @@ def labels_of(rt) -> list[str] | None:
     """The labels a truth is resolved against: a classifier's; None for any other task (no truth)."""
     if not is_classifier(rt.task):
         return None
+    return list(getattr(rt.task, "labels", None) or []) or None
+
+
+def class_labels(rt) -> list[str] | None:
+    """The labels a result's class ids index, for any task that has them (a classifier's, a detector's
+    boxes, a segmenter's mask values): what B's class ids are translated by (``a_classes``)."""
     return list(getattr(rt.task, "labels", None) or []) or None
 
 
@@ -73,8 +79,22 @@ def a_classes(labels_a: list[str] | None, labels_b: list[str] | None) -> list[in
                                                                                            labels_a or []))]
 
 
+def label_space_note(labels_a: list[str] | None, labels_b: list[str] | None) -> str | None:
+    """What the summary must say when B's answers are compared with A's by class index alone: both
+    have labels, they differ and share no text (a renamed ``LABEL_0`` -> ``negative``, or another
+    model's classes altogether), so "agree" means "the same index", which the run cannot check."""
+    if not labels_a or not labels_b or labels_a == labels_b or _shared(labels_a, labels_b):
+        return None
+    pairs = ", ".join(f"{x!r} = {y!r}" for x, y in list(zip(labels_a, labels_b))[:3])
+    more = ", ..." if min(len(labels_a), len(labels_b)) > 3 else ""
+    sizes = "" if len(labels_a) == len(labels_b) else f"; A has {len(labels_a)} classes, B {len(labels_b)}"
+    return (f"A's and B's labels share no text: answers are compared by class index alone (A's {pairs}{more}"
+            f"{sizes}); an agreement is only as true as that pairing")
+
+
 def in_a_space(result: dict, to_a: list[int] | None) -> dict:
-    """B's result dict with its class ids (``class_id``, ``top_k`` indices) as A's (``a_classes``)."""
+    """B's result dict with its class ids as A's (``a_classes``): ``class_id``, ``top_k`` indices, each
+    detection's ``class_id`` and a segmentation mask's values."""
     if to_a is None:
         return result
 
@@ -84,7 +104,26 @@ def in_a_space(result: dict, to_a: list[int] | None) -> dict:
     out = dict(result, class_id=tr(result.get("class_id")))
     if result.get("top_k"):
         out["top_k"] = [dict(t, index=tr(t["index"])) for t in result["top_k"]]
+    if result.get("detections"):        # a detector's boxes: matched by class id, so by A's
+        out["detections"] = [dict(d, class_id=tr(d.get("class_id"))) for d in result["detections"]]
+    outs = result.get("outputs")
+    if isinstance(outs, dict) and outs.get("mask") is not None:     # a segmenter's mask holds class ids
+        out["outputs"] = dict(outs, mask=_mask_in_a_space(outs["mask"], to_a))
     return out
+
+
+def _mask_in_a_space(mask, to_a: list[int]):
+    import numpy as np
+
+    data = mask["data"] if isinstance(mask, dict) and "data" in mask else mask
+    arr = np.asarray(data)
+    if arr.dtype.kind not in "iu" or not arr.size:
+        return mask
+    table = np.asarray(to_a, dtype=np.int64)
+    ids = arr.astype(np.int64)
+    inside = (ids >= 0) & (ids < len(table))
+    moved = np.where(inside, table[np.clip(ids, 0, max(len(table) - 1, 0))], ids)
+    return dict(mask, data=moved.tolist()) if isinstance(mask, dict) and "data" in mask else moved.tolist()
 
 
 def repeated_texts(*labels: list[str] | None) -> frozenset:
@@ -129,16 +168,23 @@ def _truth(raw: str, index: LabelIndex, labels: list[str], to_b, where: str, fol
     return Truth(labels[c], c, c if to_b is None else to_b[c])
 
 
-def check_labels(source: dict | None, labels: list[str] | None, label_field: str = "label") -> int:
+def check_labels(source: dict | None, labels: list[str] | None, label_field: str = "label", *,
+                 unknown: dict | None = None) -> int:
     """The number of records whose label names a class of ``labels``; raises ``InputError``
     (``input_invalid``) at the first label that names several (a text the labels file repeats),
-    before anything runs. ``labels`` None (no classifier): the records that carry a label at all."""
+    before anything runs. ``labels`` None (no classifier): the records that carry a label at all.
+    ``unknown`` (a dict) gets ``count``, the labels that name no class (left out of the accuracy,
+    as ``eval`` skips them as ``unknown_label``), and ``first``, the first of them and where."""
     index = None if labels is None else LabelIndex(labels)
     n = 0
     for raw, where, folder in _label_values(source, label_field):
         if raw is None:
             continue
-        n += 1 if index is None else _truth(raw, index, labels or [], None, where, folder) is not None
+        named = index is None or _truth(raw, index, labels or [], None, where, folder) is not None
+        n += named
+        if not named and unknown is not None:
+            unknown["count"] = unknown.get("count", 0) + 1
+            unknown.setdefault("first", f"{raw!r} ({where})")
     return n
 
 
