@@ -5,7 +5,9 @@ histogram (the drift signal), counts per error code, fallbacks.
 renders snapshots in the Prometheus text exposition format (0.0.4) with no
 dependency; ``PrometheusCollector`` exposes the same figures through
 ``prometheus_client`` when that is installed (it is never required).
-Recording is a lock and a few integer adds per call.
+Recording a successful call is one append to a queue (no lock: ``deque.append`` is atomic);
+the queue is folded into the histograms under the lock every ``FOLD_AT`` calls and at every
+snapshot, so a snapshot counts every call that returned before it, and memory stays bounded.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections import Counter
+from collections import Counter, deque
 
 from . import error_codes as ec
 
 # seconds: sub-millisecond (a warm Edge TPU call) up to the 5 s default deadline and past it
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 # in the task's own unit (Task.length_unit): tokens for text, decoded pixels for images, elements for tensors
+FOLD_AT = 256       # queued successful calls folded into the histograms at once (memory: ~100 bytes each)
 LENGTH_BUCKETS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
                   16777216, 41943040)
 
@@ -65,17 +68,31 @@ class RuntimeMetrics:
         self._latency: dict[str, Histogram] = {}
         self._length = Histogram(LENGTH_BUCKETS)
         self._errors: Counter = Counter()
+        self._pending: deque = deque()   # (bucket, latency_ms, length, truncated) of calls not yet folded
         self._truncated = 0
         self._fallbacks: list[str] = []
 
     def ok(self, bucket: str, latency_ms: float, length: int | None, truncated: bool) -> None:
-        with self._lock:
-            hist = self._latency.get(bucket)
+        """One successful call: queued (~0.1 µs; the lock, a bisect and the adds took ~1 µs of every
+        call of a 20 µs model), folded every ``FOLD_AT`` calls and at every snapshot."""
+        q = self._pending
+        q.append((bucket, latency_ms, length, truncated))
+        if len(q) >= FOLD_AT:
+            with self._lock:
+                self._fold()
+
+    def _fold(self) -> None:
+        """Move the queued calls into the histograms (the lock held). Pops exactly the calls queued
+        when it started: one appended meanwhile by another thread waits for the next fold."""
+        q, latency, lengths = self._pending, self._latency, self._length
+        for _ in range(len(q)):
+            bucket, latency_ms, length, truncated = q.popleft()
+            hist = latency.get(bucket)
             if hist is None:
-                hist = self._latency[bucket] = Histogram(LATENCY_BUCKETS_S)
+                hist = latency[bucket] = Histogram(LATENCY_BUCKETS_S)
             hist.observe(latency_ms / 1000)
             if length is not None:
-                self._length.observe(length)
+                lengths.observe(length)
             if truncated:
                 self._truncated += 1
 
@@ -95,6 +112,8 @@ class RuntimeMetrics:
 
     def reset(self) -> None:
         with self._lock:
+            for _ in range(len(self._pending)):
+                self._pending.popleft()
             self._latency.clear()
             self._length = Histogram(LENGTH_BUCKETS)
             self._errors.clear()
@@ -102,6 +121,7 @@ class RuntimeMetrics:
 
     def snapshot(self) -> dict:
         with self._lock:
+            self._fold()
             return {
                 "labels": dict(self.labels),
                 "latency_seconds": {b: h.snapshot() for b, h in sorted(self._latency.items())},

@@ -48,7 +48,8 @@ class CallPath:
     _lock: Any
     _forked: tuple[int, int] | None = None   # (pid that loaded it, this pid) in a forked child: refused here
     _loaded_pid: int = 0
-    _consts: tuple | None = None     # (device, target, model, version) of every result, read on the first
+    _consts: tuple | None = None     # (target, model, version) of every result, read on the first
+    _bucket_devices: list[str]       # the device each bucket's session runs on (a result names its own)
 
     def infer(self, raw, *, deadline_ms: int | None = None, limits: dict | None = None,
               trace_id: str | None = None, options: dict | None = None) -> InferenceResult:
@@ -215,12 +216,13 @@ class CallPath:
 
     def _result(self, res, prepared, t0, trace_id) -> InferenceResult:
         consts = self._consts
-        if consts is None:      # read once: the device, variant and model are fixed once sessions load
-            consts = self._consts = (self.device, self.variant.target, self.artifact.name, self.artifact.version)
-        device, target, model, version = consts
+        if consts is None:      # read once: the variant and model are fixed once sessions load
+            consts = self._consts = (self.variant.target, self.artifact.name, self.artifact.version)
+        target, model, version = consts
         return InferenceResult._make({
             "prediction": res.prediction, "scores": res.scores, "embedding": res.embedding,
-            "latency_ms": (time.perf_counter() - t0) * 1000, "device": device, "target": target,
+            "latency_ms": (time.perf_counter() - t0) * 1000, "device": self._bucket_devices[prepared.bucket],
+            "target": target,
             "model": model, "version": version, "trace_id": trace_id or new_trace_id(),
             "bucket": self._bucket_names[prepared.bucket], "truncated": prepared.truncated,
             "input_length": prepared.length, "outputs": res.outputs, "class_id": res.class_id, "top_k": res.top_k,

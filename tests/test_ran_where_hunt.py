@@ -14,27 +14,11 @@ import numpy as np
 import pytest
 from boards import detect_board
 from conftest import ZOO
-from fake_onnxruntime import CPU, CUDA, TRT, FakeOrtModule
+from fake_onnxruntime import CPU, CUDA, TRT
 
 import edge_runtime as er
-from edge_runtime.devices import registry
-from edge_runtime.devices.onnxruntime_backend import OnnxRuntimeBackend
 
 DIGIT3 = sorted((ZOO / "digits-cnn" / "held_out" / "3").iterdir())[0]
-
-
-@pytest.fixture
-def fake_ort(monkeypatch, tmp_path):
-    """The real onnxruntime backend over a faked module, registered as ``onnxruntime`` for one test."""
-    def install(**kw):
-        module = FakeOrtModule(**kw)
-        registry.register("onnxruntime", lambda: OnnxRuntimeBackend(
-            module=module, probe=lambda hw: {"installed": True, "providers": module.get_available_providers()}))
-        return module
-
-    monkeypatch.setenv("EDGE_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
-    yield install
-    registry.register("onnxruntime", "edge_runtime.devices.onnxruntime_backend:OnnxRuntimeBackend")
 
 
 def test_tensorrt_kept_with_cuda_dropped_is_reported(fake_ort, digits_artifact, tmp_path, caplog):
@@ -163,3 +147,29 @@ def test_threads_are_read_back_from_the_sessions(digits_artifact, monkeypatch, t
     monkeypatch.delenv("EDGE_RUNTIME_THREADS")
     with er.load(digits_artifact, device="onnxruntime", warmup=False) as rt:
         assert rt.info()["sessions"][0]["threads"] is None   # onnxruntime's own default
+
+
+def test_a_result_names_its_own_buckets_device(make_artifact, monkeypatch):
+    """One bucket's session on another device (ORT dropping TensorRT for one shape, say): every
+    result named the first session's device, so a call that ran on the CPU said the GPU."""
+    import fake_backend
+
+    opened = fake_backend.FakeBackend.open
+
+    def open_(self, model_path, bucket, sub, options):
+        sess = opened(self, model_path, bucket, sub, options)
+        if bucket["name"] == "seq16":
+            sess.device = "fake:other"
+            sess.fallback = "the seq16 session fell back to fake:other"
+        return sess
+
+    monkeypatch.setattr(fake_backend.FakeBackend, "open", open_)
+    art = make_artifact("text-classification", buckets=(8, 16))
+    with er.load(art, device="fake") as rt:
+        assert [s.device for s in rt._sessions] == ["fake:cpu", "fake:other"]
+        assert "the seq16 session fell back to fake:other" in rt.info()["fallback"]
+        short, long_ = rt.infer("hi"), rt.infer("a much longer text than eight tokens fits in here")
+        assert (short.bucket, short.device) == ("seq8", "fake:cpu")
+        assert (long_.bucket, long_.device) == ("seq16", "fake:other")
+        batch = rt.infer_batch(["hi", "a much longer text than eight tokens fits in here"])
+        assert [r.device for r in batch] == ["fake:cpu", "fake:other"]
