@@ -69,7 +69,8 @@ def _load_delegate(mod, lib: str, sub: str | None):
                           "(see `edge-infer doctor`)", code=ec.DEVICE_DELEGATE_MISSING)
     where = f"Edge TPU {sub!r}" if sub else "any Edge TPU"
     raise DeviceError(f"libedgetpu ({lib}) loaded but refused to open {where} ({detail}): the device is absent, "
-                      "unplugged, or held by another process", code=ec.DEVICE_UNAVAILABLE, device=sub)
+                      "unplugged, held by another process, or closed to this user (see `edge-infer doctor`)",
+                      code=ec.DEVICE_UNAVAILABLE, device=sub)
 
 
 def _library_loads(lib: str) -> bool:

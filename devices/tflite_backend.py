@@ -310,6 +310,22 @@ def list_edge_tpus(hardware: dict) -> list[dict]:
         return list(hardware.get("edgetpus") or [])
 
 
+ACCESS_FIX = ("add a udev rule and the group (PCIe: `sudo groupadd apex && sudo adduser $USER apex`; USB: the "
+              "Coral udev rules of libedgetpu1-std and `sudo adduser $USER plugdev`), then log in again")
+
+
+def _denied(tpus: list[dict], sub: str | None) -> list[str]:
+    """The Edge TPUs this process may not open (``access: "denied"`` in the hardware record) when the
+    device asked for is one of them (``sub`` "usb:1" is the second USB one), or every one is (no ``sub``)."""
+    if sub is not None:
+        kind, _, index = sub.partition(":")
+        same = [d for d in tpus if d.get("type") == kind]
+        picked = same[int(index or 0):int(index or 0) + 1]
+    else:
+        picked = tpus if all(d.get("access") == "denied" for d in tpus) else []
+    return [f"{d.get('type')}:{d.get('path')}" for d in picked if d.get("access") == "denied"]
+
+
 def _tpus_text(tpus: list[dict]) -> str:
     return ", ".join(d.get("type", "?") + ":" + str(d.get("path", "")) for d in tpus)
 
@@ -353,6 +369,11 @@ class EdgeTpuBackend(_LiteRt):
             if sum(d.get("type") == kind for d in tpus) <= int(index or 0):
                 return Suitability(None, f"{self.name}:{sub}", f"no Edge TPU {sub!r} here (found: {_tpus_text(tpus)})")
         where = f"{self.name}:{sub or tpus[0].get('type', 'usb')}"
+        denied = _denied(tpus, sub)
+        if denied:
+            # libedgetpu says only "failed to open device" at load: say why and how now (`edge-infer doctor`)
+            return Suitability("unready", where, f"Edge TPU {', '.join(denied)} found, but this user may not open "
+                                                 f"it: {ACCESS_FIX}")
         if facts.get("delegate") is False:
             # still forceable, but the policy ranks a CPU path above a delegate that will likely not load
             return Suitability("unready", where, "Edge TPU present but libedgetpu was not found in the usual "

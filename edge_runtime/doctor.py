@@ -63,6 +63,25 @@ def _coral_pcie_driver(hw: dict) -> list[Finding]:
                     "no /dev/apex_N: the gasket/apex kernel driver is not loaded", fix, CORAL_PCIE_DOCS)]
 
 
+def _coral_access(hw: dict) -> list[Finding]:
+    out = []
+    for t in hw.get("edgetpus") or []:
+        if t.get("access") != "denied":
+            continue
+        if t["type"] == "pci":
+            fix = ("sudo sh -c \"echo 'SUBSYSTEM==\\\"apex\\\", MODE=\\\"0660\\\", GROUP=\\\"apex\\\"' >> "
+                   "/etc/udev/rules.d/65-apex.rules\"\nsudo groupadd apex; sudo adduser $USER apex\n"
+                   "(log out and in again, or reboot)")
+            where, docs = f"Coral PCIe/M.2 {t['path']}", CORAL_PCIE_DOCS
+        else:
+            fix = (f"{CORAL_APT}\nsudo apt-get install libedgetpu1-std   # installs the Coral udev rules\n"
+                   "sudo adduser $USER plugdev\n(unplug and replug the accelerator, log out and in again)")
+            where, docs = f"Coral USB {t.get('id')} at {t['path']}", CORAL_DOCS
+        out.append(Finding("missing", where, "this user may not open the device file (permission denied): the "
+                           "edgetpu backend cannot load its delegate", fix, docs))
+    return out
+
+
 def _coral_interpreter(hw: dict) -> list[Finding]:
     pk = hw.get("packages") or {}
     if not hw.get("edgetpus") or pk.get("ai_edge_litert") or pk.get("tflite_runtime"):
@@ -238,9 +257,9 @@ def _any_backend(hw: dict) -> list[Finding]:
                     "pip install 'edge-runtime[onnxruntime]'")]
 
 
-CHECKS = (_coral_runtime, _coral_pcie_driver, _coral_interpreter, _coral_usb_link, _jetson_onnxruntime,
-          _nvidia_onnxruntime, _tensorrt_libraries, _cuda_runtime, _onnxruntime_conflict, _intel_openvino,
-          _mac_coreml, _rosetta, _arm_tflite, _unusable_packages, _any_backend, _probe_errors)
+CHECKS = (_coral_runtime, _coral_pcie_driver, _coral_access, _coral_interpreter, _coral_usb_link,
+          _jetson_onnxruntime, _nvidia_onnxruntime, _tensorrt_libraries, _cuda_runtime, _onnxruntime_conflict,
+          _intel_openvino, _mac_coreml, _rosetta, _arm_tflite, _unusable_packages, _any_backend, _probe_errors)
 
 
 def diagnose(hardware: dict) -> dict:

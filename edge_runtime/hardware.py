@@ -192,15 +192,31 @@ def _coral_usb(p: Probe) -> list[dict]:
         ids = (p.read(f"{base}/idVendor").strip(), p.read(f"{base}/idProduct").strip())
         if ids in EDGETPU_USB:
             speed = p.read(f"{base}/speed").strip()
+            bus, num = p.read(f"{base}/busnum").strip(), p.read(f"{base}/devnum").strip()
+            node = f"dev/bus/usb/{int(bus):03d}/{int(num):03d}" if bus.isdigit() and num.isdigit() else None
             found.append({"path": dev, "id": ":".join(ids), "firmware_loaded": ids == ("18d1", "9302"),
-                          "state": EDGETPU_USB[ids],
+                          "state": EDGETPU_USB[ids], **({"node": "/" + node} if node else {}), **_access(p, node),
                           "speed_mbps": int(float(speed)) if speed.replace(".", "", 1).isdigit() else None})
     return found
 
 
+def _access(p: Probe, node: str | None) -> dict:
+    """``access: "denied"`` when this process may not read and write ``node`` (the device file libusb or
+    libedgetpu opens): the device is there, but opening it fails (no udev rule, not in the apex or plugdev
+    group), which the delegate reports only as "failed to open"."""
+    if node is None or not os.path.exists(p.root / node) or ACCESS(p.root / node, os.R_OK | os.W_OK):
+        return {}
+    return {"access": "denied"}
+
+
+ACCESS = os.access      # tests replace it: as root every file is readable and writable
+
+
 def _edgetpus(p: Probe) -> list[dict]:
-    found = [{"type": "usb", "path": d["path"], "id": d["id"]} for d in _coral_usb(p)]
-    return found + [{"type": "pci", "path": f"/dev/{n}"} for n in p.listdir("dev") if re.fullmatch(r"apex_\d+", n)]
+    found = [{"type": "usb", "path": d["path"], "id": d["id"], **({"access": d["access"]} if "access" in d else {})}
+             for d in _coral_usb(p)]
+    return found + [{"type": "pci", "path": f"/dev/{n}", **_access(p, f"dev/{n}")} for n in p.listdir("dev")
+                    if re.fullmatch(r"apex_\d+", n)]
 
 
 def _coral(p: Probe) -> dict | None:
