@@ -57,6 +57,7 @@ class Probe(Record):
     env: dict | None
     cpuid: dict | None                  # x86: the features CPUID gives this process (hardware_cpu.numpy_cpuid)
     found: dict
+    ioreg: Callable[[], str]            # macOS: `ioreg -p IOUSB -l -w0`'s text (the USB devices), read on demand
 
     def __init__(self, root: Path, system: str, machine: str, sysctl: Callable[[str], object],
                  python_path: list | None, env: dict | None, cpuid: dict | None = None,
@@ -64,6 +65,7 @@ class Probe(Record):
         self.root, self.system, self.machine, self.sysctl = root, system, machine, sysctl
         self.python_path, self.env, self.cpuid = python_path, env, cpuid
         self.found = {} if found is None else found
+        self.ioreg = _no_ioreg
 
     def read(self, rel: str, limit: int = 1 << 20) -> str:
         try:
@@ -186,6 +188,8 @@ CORAL_PCI = ("0x1ac1", "0x089a")
 
 
 def _coral_usb(p: Probe) -> list[dict]:
+    if p.system == "Darwin":
+        return _coral_usb_darwin(p)
     found = []
     for dev in p.listdir("sys/bus/usb/devices"):
         base = f"sys/bus/usb/devices/{dev}"
@@ -198,6 +202,39 @@ def _coral_usb(p: Probe) -> list[dict]:
                           "state": EDGETPU_USB[ids], **({"node": "/" + node} if node else {}), **_access(p, node),
                           "speed_mbps": int(float(speed)) if speed.replace(".", "", 1).isdigit() else None})
     return found
+
+
+def _coral_usb_darwin(p: Probe) -> list[dict]:
+    """macOS has no sysfs: the USB registry (``ioreg``, ids in decimal), read only where the Edge TPU
+    runtime is installed (a subprocess of ~30 ms is no cost every load of every Mac should pay)."""
+    if not (p.found.get("libraries") or {}).get("libedgetpu"):
+        return []
+    found = []
+    for block in re.split(r"\n\s*\+-o ", p.ioreg()):
+        vid, pid = re.search(r'"idVendor" = (\d+)', block), re.search(r'"idProduct" = (\d+)', block)
+        if not (vid and pid):
+            continue
+        ids = (f"{int(vid.group(1)):04x}", f"{int(pid.group(1)):04x}")
+        if ids in EDGETPU_USB:
+            loc = re.search(r'"locationID" = (\d+)', block)
+            found.append({"path": f"0x{int(loc.group(1)):08x}" if loc else "?", "id": ":".join(ids),
+                          "firmware_loaded": ids == ("18d1", "9302"), "state": EDGETPU_USB[ids], "speed_mbps": None})
+    return found
+
+
+def _no_ioreg() -> str:
+    return ""
+
+
+def darwin_ioreg() -> str:
+    """The USB device tree of this Mac (``ioreg -p IOUSB -l -w0``); empty when it cannot be read."""
+    import subprocess
+
+    try:
+        return subprocess.run(["ioreg", "-p", "IOUSB", "-l", "-w0"], capture_output=True, text=True,
+                              timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def _access(p: Probe, node: str | None) -> dict:
@@ -254,11 +291,13 @@ PROBES: tuple[tuple[str, Callable[[Probe], object]], ...] = (
 
 def detect(root: str | os.PathLike = "/", *, system: str | None = None, machine: str | None = None,
            sysctl: Callable[[str], object] | dict | None = None, python_path: list | None = None,
-           env: dict | None = None, cpuid: dict | None = None) -> records.Hardware:
+           env: dict | None = None, cpuid: dict | None = None,
+           ioreg: Callable[[], str] | str | None = None) -> records.Hardware:
     """Probe the machine under ``root``. ``sysctl`` (a dict or a callable) replaces macOS's
     sysctl lookup, ``python_path`` the folders searched for packages, ``env`` the environment
-    (``LD_LIBRARY_PATH``), ``cpuid`` the x86 features CPUID gives the process; each defaults
-    to the real thing (CPUID only for the real root on this x86 machine, never for a fake one)."""
+    (``LD_LIBRARY_PATH``), ``cpuid`` the x86 features CPUID gives the process, ``ioreg`` (text, or
+    a callable giving it) macOS's USB registry; each defaults to the real thing (CPUID only for the
+    real root on this x86 machine, ioreg only for the real root of a Mac, never for a fake one)."""
     system = system or platform.system()
     if isinstance(sysctl, dict):
         sysctl = sysctl.get
@@ -268,6 +307,14 @@ def detect(root: str | os.PathLike = "/", *, system: str | None = None, machine:
             and platform.machine() in X86_MACHINES:
         cpuid = numpy_cpuid()
     p = Probe(Path(root), system, machine or platform.machine(), sysctl, python_path, env, cpuid)
+    if isinstance(ioreg, str):
+        text = ioreg
+        p.ioreg = lambda: text
+    elif ioreg is not None:
+        p.ioreg = ioreg
+    elif system == "Darwin" and Path(root) == Path("/"):
+        p.ioreg = darwin_ioreg
+    p.ioreg = lru_cache(maxsize=1)(p.ioreg)     # read once: the edgetpus and coral probes both ask
     p.found.update(system=p.system, machine=p.machine)
     errors: dict[str, str] = {}
     for key, probe in PROBES:

@@ -65,3 +65,43 @@ def test_one_closed_device_of_two_only_refuses_when_asked_for(tmp_path, denied):
     assert b.suitability("edgetpu", hw, device="pci:0").tier == "accelerator"
     closed = b.suitability("edgetpu", hw, device="pci:1")
     assert closed.tier == "unready" and "pci:/dev/apex_1" in closed.reason
+
+
+# -- macOS: no sysfs; the USB registry (ioreg) ---------------------------------------------------
+IOREG = """+-o Root  <class IORegistryEntry, id 0x100000100, retain 20>
+  +-o AppleT8112USBXHCI@00000000  <class AppleT8112USBXHCI, id 0x100000abc, registered, matched, active>
+    | {
+    |   "locationID" = 0
+    | }
+    +-o USB Receiver@00100000  <class IOUSBHostDevice, id 0x100000bcd, registered, matched, active>
+    |   {
+    |     "idProduct" = 50475
+    |     "idVendor" = 1133
+    |     "locationID" = 1048576
+    |   }
+    +-o Coral USB Accelerator@00200000  <class IOUSBHostDevice, id 0x100000cde, registered, matched, active>
+        {
+          "idProduct" = 37634
+          "USB Product Name" = "Coral USB Accelerator"
+          "idVendor" = 6353
+          "locationID" = 2097152
+        }
+"""
+
+
+def test_a_coral_usb_on_a_mac_is_found_through_ioreg(tmp_path):
+    """Before: detection read only Linux sysfs, so on a Mac the Edge TPU was never found and even
+    `device="edgetpu"` was refused ("no Edge TPU found")."""
+    from boards import board
+
+    root, kw = board(tmp_path, "apple-silicon")
+    assert hardware.detect(root, **kw, ioreg=IOREG)["edgetpus"] == []      # no runtime: ioreg is not read
+    write(root, "usr/local/lib/libedgetpu.1.dylib")
+    calls = []
+    hw = hardware.detect(root, **kw, ioreg=lambda: calls.append(1) or IOREG)
+    assert calls == [1]
+    assert hw["edgetpus"] == [{"type": "usb", "path": "0x00200000", "id": "18d1:9302"}]
+    assert hw["coral"]["usb"][0]["firmware_loaded"] is True
+    suit = EdgeTpuBackend().suitability("edgetpu", hw)
+    assert suit.tier == "accelerator" and suit.device == "edgetpu:usb"
+    assert hardware.detect(root, **kw, ioreg="")["edgetpus"] == []          # ioreg unreadable: nothing found
