@@ -187,8 +187,18 @@ def _pool(task, raws: list, option: str, what: str, progress) -> _Pool:
     """``raws`` less the samples the task cannot prepare and the repeats of an input already
     kept (the same feeds in the same bucket: the same bytes under another name, or another
     encoding of the same pixels), with a warning for each kind; none usable is an InputError
-    quoting why the first failed (as before)."""
-    _one_image_as_a_batch(raws, option)
+    quoting why the first failed (as before). What the loader did not read (an image folder's
+    ``left_out``: .webp/.gif/.tif files, looping symlinks...) is warned of and leads the note;
+    the symlinked subfolders it entered are said in one line."""
+    if getattr(task, "input_kind", None) == "image":
+        _one_image_as_a_batch(raws, option)
+    read_notes = list(getattr(raws, "left_out", None) or [])
+    for line in read_notes:
+        progress(f"warning: {option}: {line}")
+    entered = list(getattr(raws, "entered", None) or [])
+    if entered:
+        progress(f"{option}: read {len(entered)} symlinked subfolder{'s' if len(entered) > 1 else ''} (each real "
+                 f"folder once): {', '.join(entered[:5])}{', ...' if len(entered) > 5 else ''}")
     samples, keys, seen = [], [], set()
     unusable, why, repeats = 0, None, 0
     for raw in raws:
@@ -206,7 +216,8 @@ def _pool(task, raws: list, option: str, what: str, progress) -> _Pool:
         samples.append(raw)
         keys.append(key)
     if not samples:
-        raise InputError(f"none of the {len(raws)} {what} samples fits the model: {why}",
+        also = f" ({'; '.join(read_notes)})" if read_notes else ""
+        raise InputError(f"none of the {len(raws)} {what} samples fits the model: {why}{also}",
                          code=ec.CONVERT_CALIBRATION_INVALID)
     notes = []
     if unusable:
@@ -217,7 +228,9 @@ def _pool(task, raws: list, option: str, what: str, progress) -> _Pool:
         progress(f"warning: {repeats} of the {len(raws)} {option} samples repeat an input already there (the same "
                  "pre-processed feeds) and are left out: each input counts once")
         notes.append(f"{repeats} repeats")
-    return _Pool(samples, keys, f"; {' and '.join(notes)} left out" if notes else "")
+    if notes:
+        read_notes.append(f"{' and '.join(notes)} left out")
+    return _Pool(samples, keys, "".join(f"; {n}" for n in read_notes))
 
 
 def _feeds_key(bucket: int, feeds: dict) -> str:
@@ -235,14 +248,20 @@ def _feeds_key(bucket: int, feeds: dict) -> str:
 def _one_image_as_a_batch(raws: list, option: str) -> None:
     """A ``.npy`` of one H×W×C image read as a batch: each of its H rows (W×3 values) became a
     W×3 grayscale "image", H of them calibrated and counted. Refused: image samples whose last
-    axis is 3 or 4 values wide are an image's colour channels, not a row of pixels."""
+    axis is 3 or 4 values wide are an image's colour channels, not a row of pixels, and so is an
+    H×W×1 image's last axis (its H rows read as H images one pixel wide, calibrated with exit 0).
+    An H×W grayscale image's rows are no image at all: said as what the .npy holds."""
     import numpy as np
 
-    if raws and all(isinstance(r, np.ndarray) and r.ndim == 2 and r.shape[1] in (3, 4) for r in raws) \
+    if raws and all(isinstance(r, np.ndarray) and r.ndim == 2 and r.shape[1] in (1, 3, 4) for r in raws) \
             and raws[0].shape[0] > 4:
         h, c = len(raws), raws[0].shape[1]
         raise InputError(f"{option}: the .npy holds one {h}x{raws[0].shape[0]}x{c} image, not a batch of images "
-                         f"(it would be read as {h} grayscale images {c} pixels wide); save a batch: "
+                         f"(it would be read as {h} grayscale images {c} pixel{'s' if c > 1 else ''} wide); save a "
+                         "batch: numpy.save(F, numpy.stack([image, ...]))", code=ec.CONVERT_CALIBRATION_INVALID)
+    if raws and all(isinstance(r, np.ndarray) and r.ndim == 1 for r in raws):
+        raise InputError(f"{option}: the .npy holds one {len(raws)}x{raws[0].shape[0]} array (one grayscale image?), "
+                         "not a batch of images (N x H x W, or N x H x W x C); save a batch: "
                          "numpy.save(F, numpy.stack([image, ...]))", code=ec.CONVERT_CALIBRATION_INVALID)
 
 

@@ -17,9 +17,13 @@ says which; ``"input": "pixels"`` in old manifests without ``scale``/``mean``/
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
+
+from edge_runtime import error_codes as ec
+from edge_runtime.errors import InputError
 
 from .base import is_number, preprocess_error
 # decoding lives in image_decode; decode, decode_pixels and to_8bit stay importable from here
@@ -229,19 +233,140 @@ def to_tensor(img, pre: dict, spec: dict, plan=None) -> np.ndarray:
     return plan(x)
 
 
+# the suffixes an image folder's samples are read from (what the runtime decodes: FORMATS), and
+# image suffixes it does not decode: such files are left out and said, never skipped in silence
+SAMPLE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+UNDECODED_SUFFIXES = (".webp", ".gif", ".tif", ".tiff", ".heic", ".heif", ".avif", ".jxl", ".jp2", ".ico", ".ppm",
+                      ".pgm", ".pnm")
+OTHER_SUFFIXES = (".jfif", ".jpe", ".pjpeg", ".pjp", ".dib")       # JPEG/BMP under a suffix not read: rename
+
+
+class ImageSamples(list):
+    """:func:`load_image_samples`' answer for a folder: the encoded images in order, with
+    ``left_out`` (one line per kind of thing not read, a count and examples) and ``entered``
+    (the symlinked subfolders read, each ``name/``)."""
+
+    def __init__(self, items=(), left_out=(), entered=()):
+        super().__init__(items)
+        self.left_out: list[str] = list(left_out)
+        self.entered: list[str] = list(entered)
+
+
 def load_image_samples(path) -> list:
     """An image folder (recursive, sorted; dot-files and dot-folders skipped, as ``score`` skips
     them: a ``.ipynb_checkpoints`` copy or a macOS ``._x.png`` is no sample) or a .npy (any case)
-    of uint8 images."""
+    of uint8 images.
+
+    A folder's PNG/JPEG/BMP files are read (an :class:`ImageSamples`); a symlinked subfolder
+    (``calib/cat -> /data/cat``) is entered, each real folder once (a link to a folder read
+    already, or to one above it, a loop, is not), as ``eval`` does; what is not read is said in
+    ``left_out``: files in an image format the runtime does not decode (.webp, .gif, .tif),
+    the folders not entered, subfolders that cannot be listed, broken links, files that are no
+    regular file (a FIFO would block the read). A folder with no PNG/JPEG/BMP image is an
+    ``InputError`` naming what it holds."""
     p = Path(path)
     if p.is_file() and p.suffix.lower() == ".npy":
         arr = np.load(p, allow_pickle=False)
         return [a for a in arr]
-    files = sorted(f for f in p.rglob("*") if f.suffix.lower() in (".png", ".jpg", ".jpeg", ".bmp")
-                   and not any(part.startswith(".") for part in f.relative_to(p).parts))
+    if not p.is_dir():
+        raise ValueError(f"no PNG/JPEG/BMP images under {p}: " + ("neither a folder nor a regular .npy file"
+                                                                   if p.exists() else "no such folder"))
+    files, kinds, entered = _image_folder(p)
+    left_out = _left_out_lines(kinds)
     if not files:
-        raise ValueError(f"no PNG/JPEG/BMP images under {p}")
-    return [f.read_bytes() for f in files]
+        held = f": {'; '.join(left_out)}" if left_out else ""
+        hint = " (the runtime decodes PNG, JPEG and BMP only: convert them)" if kinds.get("format") else \
+            " (rename them)" if kinds.get("suffix") else ""
+        raise InputError(f"no PNG/JPEG/BMP images under {p}{held}{hint}", code=ec.CONVERT_CALIBRATION_INVALID)
+    return ImageSamples((f.read_bytes() for f in files), left_out, entered)
+
+
+def _image_folder(p: Path) -> tuple[list[Path], dict[str, list[str]], list[str]]:
+    """(the image files, sorted by path as ``sorted(p.rglob(...))`` sorts them; what is not read,
+    by kind, each a name relative to ``p``; the symlinked subfolders entered). Real folders are
+    walked first, then the symlinked ones met (in that order; links met in them after), so a
+    link to a real folder of ``p`` is the repeat whatever the sort order."""
+    files: list[Path] = []
+    links: list[Path] = []
+    kinds: dict[str, list[str]] = {}
+    read: dict[str, str] = {}               # real folder -> the name it is read as
+    entered: list[str] = []
+
+    def rel(f: Path) -> str:
+        return f.relative_to(p).as_posix()
+
+    def walk(d: Path, real: str) -> None:
+        if real in read:                     # a real folder reached again under a linked one
+            kinds.setdefault("twice", []).append(f"{rel(d)}/ (the same folder as {read[real]}/)")
+            return
+        read[real] = rel(d)
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            if d == p:
+                raise
+            kinds.setdefault("unlistable", []).append(f"{rel(d)}/")
+            return
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            f = d / e.name
+            suffix = os.path.splitext(e.name)[1].lower()
+            try:
+                link, is_dir, is_file = e.is_symlink(), e.is_dir(), e.is_file()
+            except OSError:
+                link, is_dir, is_file = False, False, False
+            if is_dir:
+                if link:
+                    links.append(f)
+                else:
+                    walk(f, os.path.join(real, e.name))
+            elif link and not os.path.exists(f):
+                kinds.setdefault("broken", []).append(rel(f))
+            elif suffix in SAMPLE_SUFFIXES:
+                if is_file:
+                    files.append(f)
+                else:
+                    kinds.setdefault("special", []).append(rel(f))
+            elif suffix in UNDECODED_SUFFIXES:
+                kinds.setdefault("format", []).append(rel(f))
+            elif suffix in OTHER_SUFFIXES:
+                kinds.setdefault("suffix", []).append(rel(f))
+
+    walk(p, os.path.realpath(p))
+    for f in links:                          # grows while linked folders are walked
+        target = os.path.realpath(f)
+        above = f.parents[:len(f.relative_to(p).parts)]        # f's folders up to p, by the names it is reached
+        if any(os.path.commonpath([os.path.realpath(a), target]) == target for a in above):   # a loop
+            kinds.setdefault("loop", []).append(f"{rel(f)}/ (a link to a folder that holds it)")
+        elif target in read:
+            kinds.setdefault("twice", []).append(f"{rel(f)}/ (the same folder as {read[target]}/)")
+        else:
+            entered.append(f"{rel(f)}/")
+            walk(f, target)
+    return sorted(files), kinds, entered
+
+
+def _left_out_lines(kinds: dict[str, list[str]]) -> list[str]:
+    """One line per kind of thing :func:`_image_folder` did not read: a count and the first examples."""
+    what = {"format": "{n} file{s} in an image format the runtime does not decode (PNG/JPEG/BMP only) left out",
+            "suffix": "{n} JPEG/BMP file{s} under a suffix not read (rename {them} .jpg or .bmp) left out",
+            "loop": "{n} symlinked folder{s} that loop{v} left out",
+            "twice": "{n} folder{s} reached a second time through a symlink, read once",
+            "unlistable": "{n} folder{s} that cannot be listed left out", "broken": "{n} broken symlink{s} left out",
+            "special": "{n} file{s} that {is_} no regular file left out"}
+    lines = []
+    for kind, says in what.items():
+        names = kinds.get(kind)
+        if names:
+            n = len(names)
+            shown = ", ".join(names[:3]) + (f", ... ({n - 3} more)" if n > 3 else "")
+            one = n == 1
+            lines.append(says.format(n=n, s="" if one else "s", v="s" if one else "", is_="is" if one else "are",
+                                      them="it" if one else "them")
+                         + f": {shown}")
+    return lines
 
 
 def check_image_preprocess(pre: dict, task: str, bad) -> int:
