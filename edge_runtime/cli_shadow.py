@@ -104,7 +104,9 @@ def host_cpu() -> str:
 @click.option("--agree-at", type=Fraction(),
               help="Where a continuous figure counts as agreement: cosine for embeddings and tensors (0.99), "
                    "detection F1 (0.9), pixel agreement (0.97), keypoint PCK (0.95). Classifiers: top-1.")
-@click.option("--report", "report", type=click.Path(), help="Write a static HTML report (no server).")
+@click.option("--report", "report", type=click.Path(),
+              help="Write a static HTML report (no server). An existing file is refused without --force "
+                   "(--resume replaces only a report shadow wrote).")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "text", "images"]),
               help="Input format (default: from the suffix; a folder is images).")
 @click.option("--field", help="JSONL field / CSV column holding the input (default: text, image or inputs by task).")
@@ -114,7 +116,7 @@ def host_cpu() -> str:
 @click.option("--worst", "worst_n", default=10, show_default=True, type=click.IntRange(0, 1000),
               help="How many worst items the summary lists.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run after its last complete line.")
-@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@click.option("--force", is_flag=True, help="Overwrite an existing output and --report.")
 @click.option("--quiet", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (stderr with -o -).")
 @_guard
@@ -145,8 +147,9 @@ def shadow_cmd(a, b, input_path, output, device_a, device_b, require_device, min
     from .shadow import shadow, verdict
 
     to_stdout = output == "-"
+    replace = False
     if report:
-        check_report_path(report, input_path, output, (a, b))
+        replace = check_report_path(report, input_path, output, (a, b), force=force, resume=resume)
     with load(a, device=device_a, strict=require_device) as rt_a, \
             load(b, device=device_b, strict=require_device) as rt_b:
         cap = 4 * min(rt_a.limits.max_request_bytes, rt_b.limits.max_request_bytes) + 65536
@@ -162,7 +165,7 @@ def shadow_cmd(a, b, input_path, output, device_a, device_b, require_device, min
     if report:
         from .shadow_report import write_report
 
-        data["report"] = str(write_report(report, summary, meta))
+        data["report"] = str(write_report(report, summary, meta, replace=replace))
     problem = verdict(summary, min_agreement)
     data["min_agreement"] = min_agreement
     data["error"] = None if problem is None else error_json(problem)
@@ -177,15 +180,20 @@ def shadow_cmd(a, b, input_path, output, device_a, device_b, require_device, min
 
 
 
-def check_report_path(report, input_path, output, artifacts) -> None:
+def check_report_path(report, input_path, output, artifacts, *, force: bool = False, resume: bool = False) -> bool:
     """Refuse (``InputError``, exit 2, before anything runs) a ``--report`` that would overwrite what
     the run reads or writes: the input (the page replaced a user's data with HTML, exit 0), the
-    ``-o`` output or its job record (the lines "nothing lost" promises), or a file of either artifact."""
+    ``-o`` output or its job record (the lines "nothing lost" promises), or a file of either artifact;
+    one that is no regular file (a folder, a FIFO the write would block on, a link to nothing), even
+    with ``--force``; and an existing file without ``--force`` (``score_output_exists``, as ``-o``: it
+    was silently replaced), except under ``--resume`` a page ``shadow`` wrote (the run's own report,
+    rewritten over all its lines). Returns whether ``write_report`` may replace an existing file."""
     import os
 
     from .errors import InputError
     from . import error_codes as ec
-    from .score_job import job_path
+    from .score_job import _not_regular, job_path
+    from .shadow_report import is_report
 
     def same(x, y) -> bool:
         try:
@@ -209,6 +217,16 @@ def check_report_path(report, input_path, output, artifacts) -> None:
         if root.is_dir() and where.is_relative_to(root):
             raise InputError(f"--report {report} is inside the artifact {art}: writing the page would change a "
                              f"sealed artifact; choose another --report", code=ec.INPUT_INVALID, path=str(report))
+    why = _not_regular(target)
+    if why is not None:
+        raise InputError(f"--report {report} is {why}: the report is written as a regular file; choose another "
+                         f"--report", code=ec.INPUT_INVALID, path=str(report))
+    if force or not os.path.lexists(target):
+        return force
+    if resume and is_report(target):
+        return True             # the interrupted run's own page: rewritten over the whole output
+    raise InputError(f"--report {report} exists: pass --force to overwrite it (--resume replaces only a report "
+                     f"edge-infer shadow wrote)", code=ec.SCORE_OUTPUT_EXISTS, path=str(report))
 
 
 def _f(v, digits=4):
@@ -249,9 +267,10 @@ def summary_lines(d: dict) -> list[str]:
             out.append(f"  {name}: mean {_f(fig['mean'])}, p5 {_f(fig['p5'])}, min {_f(fig['min'])}")
     if d["kind"] == "classification":
         flips = d["flips"]
-        out.append("label flips (A -> B): " + (", ".join(f"{f['a']} -> {f['b']} x{f['count']}" for f in flips[:10])
-                                               + (f", ... ({len(flips)} kinds)" if len(flips) > 10 else "")
-                                               if flips else "none"))
+        by_index = " by class index, A's label=B's" if d.get("labels_basis") == "index" else ""
+        shown = ", ".join(f"{f['a']} -> {f['b']} x{f['count']}" for f in flips[:10])
+        out.append(f"label flips (A -> B{by_index}): " + (shown + (f", ... ({len(flips)} kinds)" if len(flips) > 10
+                                                                   else "") if flips else "none"))
     if d["accuracy"]:
         acc = d["accuracy"]
         out.append(f"accuracy over {acc['samples']} labelled inputs (class ids): A "

@@ -41,8 +41,10 @@ The summary: agreement = agreeing inputs / compared inputs (compared: at least o
 side answered; ``empty``: those where neither side found anything, ``mismatched``: those
 whose results could not be compared, ``truncated``: inputs each side answered on a cut text);
 rates are cut, never rounded up (19999 of 20000 is 0.9999, never 1.0000); the flip matrix
-(classifiers: A's label × B's label, counts; a
-text the labels repeat shown with its class id, ``crane#517``); the
+(classifiers: A's label × B's label, counts, each answer named by the class it was compared as, so
+its diagonal is exactly the agreeing inputs; a text the labels repeat shown with its class id,
+``crane#517``; labels that share no text by class index, ``seven=7``; a class of B that is no one
+class of A's as B's own, ``crane#B0``: ``ShadowSummary.use_labels``); the
 N worst inputs (highest ``badness``: a failure on one side, then the task's own
 figure: the lowest margin, cosine, F1...); each side's accuracy over the labelled
 inputs, by class id, never by label text (a failure counts as wrong; B's is null, with
@@ -67,8 +69,7 @@ from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
 from .shadow_lines import INPUT_PREVIEW_CHARS, _dumps, shadow_line
 from .shadow_summary import FAILED_BADNESS, ShadowSummary, check_fraction, verdict
-from .shadow_truth import (a_classes, check_labels, class_labels, label_space_note, labels_of,
-                           repeated_texts, truths)
+from .shadow_truth import a_classes, check_labels, class_labels, labels_of, truths
 
 
 # -- running --------------------------------------------------------------------------------
@@ -80,9 +81,11 @@ def _infer(rt, value):
         return exc
 
 
-def job_record(rt_a, rt_b, source: dict | None, agree_at: float | None) -> dict:
-    """score's job record of side A, with side B and the agreement threshold in its options:
-    ``score.prepare_output`` then refuses a resume with another B as it does another A."""
+def job_record(rt_a, rt_b, source: dict | None, agree_at: float | None, label_field: str = "label") -> dict:
+    """score's job record of side A, with side B, the agreement threshold and (where it is not the
+    default ``label``) the label field in its options: ``score.prepare_output`` then refuses a resume
+    with another B as it does another A, and one whose truths would come from another column (the
+    lines kept their old truths: the accuracy mixed two columns, exit 0)."""
     from .score import job_identity
 
     job = job_identity(rt_a, source)
@@ -91,6 +94,8 @@ def job_record(rt_a, rt_b, source: dict | None, agree_at: float | None) -> dict:
                                   "version": b["artifact"]["version"], "variant": b["variant"], "device": b["device"],
                                   "device_options": b["options"]["device_options"]}
     job["options"]["shadow_agree_at"] = agree_at
+    if label_field != "label":      # absent for the default: job records written before it still resume
+        job["options"]["shadow_label_field"] = label_field
     return job
 
 
@@ -136,11 +141,11 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
                                  f"input), so none is reported")
 
     labels_b = labels_of(rt_b)
-    summary.repeated = repeated_texts(labels_a, labels_b)
     # B's labels reordered or extended: compared as A's classes; a detector's boxes and a segmenter's mask
-    # too (their labels are no classifier's, so not ``labels_of``'s: a swapped labels file agreed)
+    # too (their labels are no classifier's, so not ``labels_of``'s: a swapped labels file agreed); the
+    # summary names the flip matrix's rows and columns by the same reading, and says it (``labels_note``)
     b_to_a = a_classes(class_labels(rt_a), class_labels(rt_b))
-    summary.labels_note = label_space_note(class_labels(rt_a), class_labels(rt_b))     # said, never silent
+    summary.use_labels(class_labels(rt_a), class_labels(rt_b))
 
     def labels():
         return truths(source, labels_a, label_field, labels_b=labels_b)
@@ -149,7 +154,7 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
     owned = False
     if out is not None and str(out) != "-":
         out = Path(out)
-        job = job_record(rt_a, rt_b, source, agree_at)
+        job = job_record(rt_a, rt_b, source, agree_at, label_field)
         counted = Summary()
         skip = prepare_output(out, resume, force, counted, job)    # refuses a device, a folder, the input
         last_id, last_line = counted.last_id, counted.last_line

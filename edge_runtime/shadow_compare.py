@@ -81,6 +81,14 @@ def compare_classification(a: dict, b: dict) -> dict:
             "score_diff": round(abs(top_a - p_b_of_a), 6), "badness": round(-margin, 6)}
 
 
+def _cut(value: float, digits: int = 6) -> float:
+    """``value`` written to ``digits`` decimals, never rounded up: a cosine of 0.9899996 was written
+    0.99 beside ``agree_at`` 0.99 and ``agree`` false (and the summary's min read 0.99): a figure at
+    or above the threshold now always means the input agreed, one under it that it did not."""
+    r = round(value, digits)
+    return r if r <= value else round(r - 10 ** -digits, digits)
+
+
 def _cosine(x: np.ndarray, y: np.ndarray) -> float:
     x, y = x.astype(np.float64).ravel(), y.astype(np.float64).ravel()
     if x.size and np.array_equal(x, y):
@@ -103,7 +111,7 @@ def compare_embedding(a: dict, b: dict, agree_at: float) -> dict:
     if x.shape != y.shape:
         return _mismatch("embedding", f"embedding sizes differ: A {x.size}, B {y.size}", agree_at)
     cos = _cosine(x, y)
-    return {"kind": "embedding", "agree": cos >= agree_at, "cosine": round(cos, 6), "agree_at": agree_at,
+    return {"kind": "embedding", "agree": cos >= agree_at, "cosine": _cut(cos), "agree_at": agree_at,
             "badness": round(1.0 - cos, 6)}
 
 
@@ -133,7 +141,7 @@ def compare_segmentation(a: dict, b: dict, agree_at: float) -> dict:
     if ma.shape != mb.shape or not ma.size:
         return _mismatch("segmentation", f"mask shapes differ: A {list(ma.shape)}, B {list(mb.shape)}", agree_at)
     share = float(np.mean(ma == mb))
-    return {"kind": "segmentation", "agree": share >= agree_at, "pixel_agreement": round(share, 6),
+    return {"kind": "segmentation", "agree": share >= agree_at, "pixel_agreement": _cut(share),
             "agree_at": agree_at, "badness": round(1.0 - share, 6)}
 
 
@@ -149,7 +157,7 @@ def compare_tensors(a: dict, b: dict, agree_at: float) -> dict:
                          agree_at)
     cos = _cosine(np.concatenate([xa[k].astype(np.float64).ravel() for k in sorted(xa)]),
                   np.concatenate([xb[k].astype(np.float64).ravel() for k in sorted(xb)]))
-    return {"kind": "tensors", "agree": cos >= agree_at, "cosine": round(cos, 6), "agree_at": agree_at,
+    return {"kind": "tensors", "agree": cos >= agree_at, "cosine": _cut(cos), "agree_at": agree_at,
             "badness": round(1.0 - cos, 6)}
 
 
@@ -165,7 +173,7 @@ def compare_keypoints(a: dict, b: dict, agree_at: float) -> dict:
         pb = np.array([[k["x"], k["y"]] for k in kb], dtype=float)
         span = float(np.max(pa.max(0) - pa.min(0))) or 1.0
         pck = float(np.mean(np.linalg.norm(pa - pb, axis=1) <= 0.05 * span))
-    return {"kind": "keypoints", "agree": pck >= agree_at, "pck": round(pck, 6), "agree_at": agree_at,
+    return {"kind": "keypoints", "agree": pck >= agree_at, "pck": _cut(pck), "agree_at": agree_at,
             "badness": round(1.0 - pck, 6)}
 
 

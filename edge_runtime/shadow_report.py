@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 MAX_INLINE_IMAGE_BYTES = 1 << 20
+GENERATOR = '<meta name="generator" content="edge-infer shadow">'     # what ``is_report`` knows its pages by
 MAX_MATRIX_LABELS = 20
 COLORS = {"a": "#1f77b4", "b": "#ff7f0e"}
 _MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".bmp": "image/bmp", ".gif": "image/gif",
@@ -213,7 +214,9 @@ def render(summary: dict, latencies: tuple[Sequence[Any], Sequence[Any]], figure
                                                 f"{summary['only_a_failed']} only on A, {summary['only_b_failed']} "
                                                 f"only on B")]
     if summary.get("labels_note"):
-        cards.append(("labels", "by class index", summary["labels_note"]))
+        basis = {"index": "by class index", "text": "matched by text"}.get(summary.get("labels_basis") or "",
+                                                                          "by class index")
+        cards.append(("labels", basis, summary["labels_note"]))
     cut = summary.get("truncated") or {}
     if cut.get("a") or cut.get("b"):
         cards.append(("truncated A / B", f"{cut['a']} / {cut['b']}", f"{cut['one_side']} cut on one side only"))
@@ -251,8 +254,11 @@ def render(summary: dict, latencies: tuple[Sequence[Any], Sequence[Any]], figure
     err_html = "".join(f"<li>{k.upper()}: " + (", ".join(f"{_e(c)} {n}" for c, n in errs.items()) or "none")
                        + "</li>" for k, errs in errors.items())
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    matrix_basis = {"index": " of the same class index, each named A's=B's text: their labels share no text",
+                    "text": " as A's class of its text; one that is no class of A's by B's own text"}.get(
+        summary.get("labels_basis") or "", "")
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">{GENERATOR}
 <title>edge-infer shadow: {_e(a['model'])} A vs B</title><style>{CSS}</style></head>
 <body>
 <h1>edge-infer shadow: {_e(a['model'])} v{_e(a['version'])} (A) vs {_e(b['model'])} v{_e(b['version'])} (B)</h1>
@@ -264,7 +270,7 @@ latencies measured on {_e(meta.get('cpu'))}</p>
 <h2>Latency distributions</h2>
 <div id="latency">{lat_svg}</div>
 {f'<h2>Task comparison</h2><div id="figure">{fig_svg}</div>' if fig_svg else ''}
-<h2>Flip matrix (rows: A's label, columns: B's)</h2>
+<h2>Flip matrix (rows: A's label, columns: B's{matrix_basis})</h2>
 {_matrix_html(summary)}
 {flips_html}
 <h2>Worst {len(summary['worst'])} items</h2>
@@ -274,15 +280,35 @@ latencies measured on {_e(meta.get('cpu'))}</p>
 """
 
 
-def write_report(path, summary, meta: dict) -> Path:
-    """Write the page for a ``ShadowSummary`` to ``path``; returns the path."""
+def is_report(path) -> bool:
+    """``path`` is a page this module wrote (its generator tag, or the title of a page from before
+    the tag): what ``--resume`` may rewrite without ``--force``."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return False
+    return head.startswith("<!DOCTYPE html>") and (GENERATOR in head or "<title>edge-infer shadow: " in head)
+
+
+def write_report(path, summary, meta: dict, *, replace: bool = True) -> Path:
+    """Write the page for a ``ShadowSummary`` to ``path``; returns the path. ``replace`` False: a
+    file that exists by now is refused (``score_output_exists``), never overwritten."""
     d = summary.to_dict()
     page = render(d, (summary.latencies_a, summary.latencies_b), summary.figures, meta)
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        # an id or input with a lone surrogate (a JSONL "\ud800", an undecodable CSV byte): its \uXXXX escape
-        p.write_text(page, encoding="utf-8", errors="backslashreplace")
+        try:    # a lone surrogate in an id or input (a JSONL "\ud800", an undecodable CSV byte): its \uXXXX escape
+            fh = open(p, "w" if replace else "x", encoding="utf-8", errors="backslashreplace")
+        except FileExistsError:     # created while the run ran (checked before it: cli_shadow.check_report_path)
+            from . import error_codes as ec
+            from .errors import InputError
+
+            raise InputError(f"--report {p} exists: pass --force to overwrite it", code=ec.SCORE_OUTPUT_EXISTS,
+                             path=str(p)) from None
+        with fh:
+            fh.write(page)
     except OSError as exc:          # --report names a folder, a path under a file: the caller's option, exit 2
         from .score_job import output_error
 
@@ -290,4 +316,4 @@ def write_report(path, summary, meta: dict) -> Path:
     return p
 
 
-__all__ = ["render", "write_report", "histogram_svg"]
+__all__ = ["is_report", "render", "write_report", "histogram_svg"]

@@ -92,6 +92,11 @@ class ShadowSummary:
     labels_note: str | None = None      # A's and B's labels share no text: compared by class index alone
     unknown_labels: tuple | None = None     # (how many, the first and where): labels naming no class of A's
     repeated: frozenset = frozenset()   # label texts a labels file repeats: the matrix names them with their id
+    labels_basis: str | None = None     # how B's classes are read as A's (``use_labels``): same, text or index
+    labels_a: list | None = field(default=None, repr=False)     # each side's labels (``use_labels``)
+    labels_b: list | None = field(default=None, repr=False)
+    b_to_a: list | None = field(default=None, repr=False)       # B's class ids as A's (``shadow_truth.a_classes``)
+    _order: dict = field(default_factory=dict, repr=False)      # a flip matrix name -> its sort key
     _worst: list = field(default_factory=list, repr=False)        # heap of (badness, -index, entry)
     side_counts: tuple = field(default=(), repr=False)            # (score.Summary of A, of B)
 
@@ -99,6 +104,17 @@ class ShadowSummary:
         from .score import Summary
 
         self.side_counts = (Summary(), Summary())
+
+    def use_labels(self, labels_a: list[str] | None, labels_b: list[str] | None) -> None:
+        """Read B's classes as the comparison does (``shadow_truth``): the flip matrix names each answer by
+        the class it was compared as, so a diagonal cell is an agreement and an agreement a diagonal cell."""
+        from .shadow_truth import a_classes, label_basis, label_space_note, repeated_texts
+
+        self.labels_a, self.labels_b = labels_a, labels_b
+        self.b_to_a = a_classes(labels_a, labels_b)
+        self.labels_basis = label_basis(labels_a, labels_b)
+        self.labels_note = label_space_note(labels_a, labels_b)
+        self.repeated = repeated_texts(labels_a, labels_b)
 
     def add(self, line: dict) -> None:
         self.total += 1
@@ -149,7 +165,7 @@ class ShadowSummary:
                 if isinstance(cmp.get(k), (int, float)):
                     self.figures.setdefault(k, array("d")).append(float(cmp[k]))
             if cmp.get("kind") == "classification":
-                key = (self._name(a), self._name(b))
+                key = (self._name(a), self._name(b, side_b=True))
                 self.matrix[key] = self.matrix.get(key, 0) + 1
             badness = float(cmp.get("badness", 0.0))
         entry = {"index": line["index"], "id": line.get("id"), "input": line.get("input"), "truth": truth,
@@ -162,11 +178,38 @@ class ShadowSummary:
         elif self.worst_n and item[:2] > self._worst[0][:2]:
             heapq.heapreplace(self._worst, item)
 
-    def _name(self, side: dict) -> str:
-        """The side's answer in the flip matrix: its label, with ``#class_id`` where the text is repeated
-        (two cranes are two rows, and a flip between them is a flip)."""
+    def _name(self, side: dict, side_b: bool = False) -> str:
+        """The side's answer in the flip matrix, named by the class it was compared as (``use_labels``): its
+        label, with ``#class_id`` where the text is repeated (two cranes are two rows, and a flip between
+        them is a flip); by class index where the labels share no text (``zero=0``: one row and column
+        per index, as the agreement counts); a class of B that is no one class of A's by its own text
+        (``crane#B0`` where A has that text too or B repeats it), never on the diagonal, as it never agrees."""
         pred, cid = str(_pred(side)), _class_id(side)
-        return f"{pred}#{cid}" if pred in self.repeated and cid is not None else pred
+        if not isinstance(cid, int) or isinstance(cid, bool):
+            return pred             # no class id: the text as it is (the comparison's too)
+        la, lb = self.labels_a or [], self.labels_b or []
+        if self.labels_basis == "index":
+            parts = [lab[cid] if 0 <= cid < len(lab) else f"#{cid}" for lab in (la, lb)]
+            name = parts[0] if parts[0] == parts[1] else "=".join(parts)
+            if parts[0] in self.repeated or parts[1] in self.repeated:
+                name += f"#{cid}"
+            return self._keep(name, (0, cid, name))
+        if side_b and self.b_to_a is not None:
+            c = self.b_to_a[cid] if 0 <= cid < len(self.b_to_a) else cid       # as ``in_a_space`` reads it
+            if c < 0:
+                text = lb[cid] if 0 <= cid < len(lb) else pred
+                name = f"{text}#B{cid}" if text in la or text in self.repeated else text
+                return self._keep(name, (1, cid, name))
+            cid = c
+        if 0 <= cid < len(la):
+            pred = la[cid]          # A's text of the class, whichever side answered it
+        name = f"{pred}#{cid}" if pred in self.repeated else pred
+        return self._keep(name, (0, cid, name))
+
+    def _keep(self, name: str, key: tuple) -> str:
+        if self.labels_basis is not None:       # no labels given: sorted by the text (``_label_key``)
+            self._order.setdefault(name, key)
+        return name
 
     @property
     def agreement(self) -> float | None:
@@ -180,7 +223,8 @@ class ShadowSummary:
         return sorted(rows, key=lambda r: (-r["count"], r["a"], r["b"]))
 
     def matrix_table(self) -> dict:
-        labels = sorted({k[0] for k in self.matrix} | {k[1] for k in self.matrix}, key=_label_key)
+        labels = sorted({k[0] for k in self.matrix} | {k[1] for k in self.matrix},
+                        key=lambda x: self._order.get(x) or (2, 0, "") + _label_key(x))
         return {"labels": labels, "counts": [[self.matrix.get((x, y), 0) for y in labels] for x in labels]}
 
     def _unknown_labels(self) -> dict | None:
@@ -217,7 +261,8 @@ class ShadowSummary:
                 "only_a_failed": self.only_a_failed,
                 "only_b_failed": self.only_b_failed, "figures": figs, "flips": self.flips(),
                 "matrix": self.matrix_table() if self.matrix else None, "accuracy": acc, "accuracy_note": note,
-                "labels_note": self.labels_note, "unknown_labels": self._unknown_labels(),
+                "labels_note": self.labels_note, "labels_basis": self.labels_basis,
+                "unknown_labels": self._unknown_labels(),
                 "latency_ms": {"a": _latency(self.latencies_a), "b": _latency(self.latencies_b),
                                "basis": "each side's result latency_ms: one infer(), raw input in, result out"},
                 "errors": {"a": dict(sorted(self.errors_a.items())), "b": dict(sorted(self.errors_b.items()))},

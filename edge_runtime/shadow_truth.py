@@ -79,17 +79,51 @@ def a_classes(labels_a: list[str] | None, labels_b: list[str] | None) -> list[in
                                                                                            labels_a or []))]
 
 
+def label_basis(labels_a: list[str] | None, labels_b: list[str] | None) -> str:
+    """How B's class ids are read as A's, what every figure of the summary uses (``a_classes``):
+    ``same`` (the same labels: ids as they are), ``text`` (matched by a text each file holds once),
+    ``index`` (no text shared, or only one side has labels: by class index alone)."""
+    if labels_b == labels_a:
+        return "same"
+    return "text" if _shared(labels_a, labels_b) else "index"
+
+
+def _some(texts: list[str]) -> str:
+    return ", ".join(repr(t) for t in texts[:3]) + (f" and {len(texts) - 3} more" if len(texts) > 3 else "")
+
+
 def label_space_note(labels_a: list[str] | None, labels_b: list[str] | None) -> str | None:
-    """What the summary must say when B's answers are compared with A's by class index alone: both
-    have labels, they differ and share no text (a renamed ``LABEL_0`` -> ``negative``, or another
-    model's classes altogether), so "agree" means "the same index", which the run cannot check."""
-    if not labels_a or not labels_b or labels_a == labels_b or _shared(labels_a, labels_b):
+    """What the summary must say when B's answers are not matched to A's class for class by text:
+    both have labels, they differ and share no text (a renamed ``LABEL_0`` -> ``negative``, or another
+    model's classes altogether), or only one side has labels, so "agree" means "the same index", which
+    the run cannot check; or they share only some texts, so B's classes that name no one class of A's
+    never agree (and A's with no class of B's are never B's answer)."""
+    basis = label_basis(labels_a, labels_b)
+    if basis == "same":
         return None
-    pairs = ", ".join(f"{x!r} = {y!r}" for x, y in list(zip(labels_a, labels_b))[:3])
-    more = ", ..." if min(len(labels_a), len(labels_b)) > 3 else ""
-    sizes = "" if len(labels_a) == len(labels_b) else f"; A has {len(labels_a)} classes, B {len(labels_b)}"
-    return (f"A's and B's labels share no text: answers are compared by class index alone (A's {pairs}{more}"
-            f"{sizes}); an agreement is only as true as that pairing")
+    if basis == "index":
+        if not labels_a or not labels_b:
+            return (f"{'A' if not labels_a else 'B'} has no labels: answers are compared by class index alone; an "
+                    f"agreement is only as true as that pairing")
+        pairs = ", ".join(f"{x!r} = {y!r}" for x, y in list(zip(labels_a, labels_b))[:3])
+        more = ", ..." if min(len(labels_a), len(labels_b)) > 3 else ""
+        sizes = "" if len(labels_a) == len(labels_b) else f"; A has {len(labels_a)} classes, B {len(labels_b)}"
+        return (f"A's and B's labels share no text: answers are compared by class index alone (A's {pairs}{more}"
+                f"{sizes}); an agreement is only as true as that pairing")
+    to_a = a_classes(labels_a, labels_b) or []
+    only_b = [t for t, c in zip(labels_b or [], to_a) if c < 0]
+    hit = {c for c in to_a if c >= 0}
+    only_a = [t for i, t in enumerate(labels_a or []) if i not in hit]
+    if not only_b and not only_a:
+        return None         # the same classes, reordered: each matched by its text
+    parts = []
+    if only_b:
+        parts.append(f"B's {_some(only_b)} name{'s' if len(only_b) == 1 else ''} no one class of A's, so B "
+                     f"answering {'it' if len(only_b) == 1 else 'them'} never agrees")
+    if only_a:
+        parts.append(f"A's {_some(only_a)} {'has' if len(only_a) == 1 else 'have'} no one class among B's labels, "
+                     f"so B never agrees with A there")
+    return (f"A's and B's labels share only some texts: classes are matched by text; " + "; ".join(parts))
 
 
 def in_a_space(result: dict, to_a: list[int] | None) -> dict:
@@ -140,11 +174,15 @@ def _label_values(source: dict | None, label_field: str) -> Iterator[tuple[str |
     if source is None:
         return
     if source["format"] == "images":
-        from .score_inputs import image_files
+        from .score_images import read_images
 
+        # the records themselves (not ``image_files``): a subfolder that cannot be listed is one error
+        # record there, so the labels of the images after it went one record early (a failure took the
+        # next image's label, the last image none)
         root = Path(source["path"])
-        for rel, _ in image_files(root):
-            head = rel.split("/")[0] if "/" in rel else None
+        for rec in read_images(root):
+            rel = str(rec.id)
+            head = rel.split("/")[0] if "/" in rel and rec.error is None else None
             yield head, f"{root}: folder {head!r}", True
         return
     if source["format"] not in ("csv", "jsonl"):
