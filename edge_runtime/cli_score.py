@@ -23,7 +23,8 @@ from .errors import InputError
                    "stderr). A job record OUTPUT.job.json is written beside a file before its first line.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "text", "images", "parquet"]),
               help="Input format (default: from the suffix; a folder is images). parquet: --engine ray only.")
-@click.option("--field", help="JSONL field / CSV column holding the input (default: text, image or inputs by task).")
+@click.option("--field", help="JSONL field / CSV column holding the input (default: text, image or inputs by task); "
+                               "refused for a text input or an image folder.")
 @click.option("--id-field", help="JSONL field / CSV column holding the record id (default: id). A record without "
                                  "one gets id null; every line carries its input line number in 'line'.")
 @click.option("--batch-size", type=int, help="Items per batch [default: 32; with --engine ray, sized so a batch "
@@ -85,7 +86,11 @@ def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, co
     to_stdout = output == "-"
     check_resume_options(resume, force, output)
     if engine == "ray":
+        from .ray_io import is_parquet
         from .score_ray import score_ray
+
+        if fmt != "parquet" and not (Path(input_path).exists() and is_parquet(input_path)):   # Parquet has fields
+            _fields_read(input_path, fmt, field, id_field)
 
         progress = Progress(None, sys.stderr, enabled=not quiet)
         summary, info = score_ray(artifact, input_path, "-" if to_stdout else Path(output), fmt=fmt, field=field,
@@ -100,6 +105,7 @@ def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, co
         return
     if fmt == "parquet":
         raise InputError("--format parquet needs --engine ray", code=ec.INPUT_INVALID)
+    _fields_read(input_path, fmt, field, id_field)
     # a tune's throughput decision (batches are throughput work), the policy without one
     with load(artifact, device=device, strict=require_device, device_options=device_options(device_option),
               tuned_for="throughput") as rt:
@@ -115,6 +121,20 @@ def score_cmd(artifact, input_path, output, fmt, field, id_field, batch_size, co
                         stream=sys.stdout.buffer if to_stdout else None)
         data = dict(summary.to_dict(), device=rt.device, target=rt.variant["target"], output=str(output))
     _finish(data, summary, max_error_rate, to_stdout, as_json)
+
+
+def _fields_read(input_path, fmt, field, id_field) -> None:
+    """Refuse ``--field`` / ``--id-field`` where the input has no fields (text: one input a line, id its
+    number; an image folder): ``data.txt --field review`` scored the CSV header and every row whole,
+    ids the line numbers, exit 0."""
+    from .score_inputs import detect_format
+
+    given = [f"{flag} {v}" for flag, v in (("--field", field), ("--id-field", id_field)) if v is not None]
+    kind = fmt or detect_format(Path(input_path))
+    if given and kind in ("text", "images"):
+        how = "one input a line, id its line number" if kind == "text" else "a folder of images, id the relative path"
+        raise InputError(f"{' and '.join(given)}: the input {input_path} is read as {kind} ({how}), which has no "
+                         f"fields; name its format (--format jsonl or csv) or drop the option", code=ec.INPUT_INVALID)
 
 
 def _finish(data: dict, summary, max_error_rate, to_stdout: bool, as_json: bool) -> None:

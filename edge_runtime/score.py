@@ -18,10 +18,11 @@ Output is JSONL, one complete line per input::
 
 Lines are written a batch at a time in one write and flushed (fsync at most
 once a second), so a crash or ``kill -9`` leaves a prefix of complete lines
-plus at most one partial line. ``out`` ``"-"`` writes the lines to stdout
-(no job record, no resume). An ``out`` (or its job record) that exists and is
-not a regular file (a device, a FIFO, a folder, a dangling link), or that is the
-input itself (the same path, a symlink or a hard link to it), is refused before
+plus at most one partial line. ``out`` ``"-"`` writes the lines to stdout (no job
+record, no resume; a stdout that is the input file is refused: ``score_job.check_stream``).
+An ``out`` (or its job record) that exists and is not a regular file (a device, a FIFO, a
+folder, a dangling link), that is the input itself (the same path, a symlink or a hard link to
+it), inside the artifact or an image of the input folder (``score_job._inside``), is refused before
 anything is written or removed (``InputError`` ``input_invalid``, exit 2), as is
 an ``out`` that cannot be created (``score_job.check_output``, ``output_error``).
 Each line is valid UTF-8 and strict JSON whatever its id holds (``score_lines``).
@@ -81,8 +82,8 @@ from pathlib import Path
 from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
 from .score_inputs import Record
-from .score_job import (JOB_SCHEMA, _write_job, check_resume_options, job_differences, job_identity, job_path,
-                        output_error, prepare_output)
+from .score_job import (JOB_SCHEMA, _write_job, check_resume_options, check_stream, job_differences, job_identity,
+                        job_path, output_error, prepare_output)
 from .score_lines import _dump, _jsonable
 from .score_progress import Progress
 from .score_summary import LATENCY_BASIS, Summary, verdict
@@ -121,6 +122,12 @@ def _start_output(out: Path, job: dict | None) -> None:
         raise output_error(out, exc) from None
 
 
+def _stdout():
+    import sys
+
+    return sys.stdout.buffer
+
+
 def _append_to(out: Path):
     try:
         return open(out, "ab")
@@ -142,6 +149,7 @@ def score(rt, records, out, *, batch_size: int = 32, concurrency: int = 2, resum
     summary = Summary(batch_size=batch_size)
     if to_stream:
         skip = 0
+        check_stream(stream if stream is not None else _stdout(), getattr(records, "source", None))
     else:
         out = Path(out)
         if job is None:
@@ -153,9 +161,7 @@ def score(rt, records, out, *, batch_size: int = 32, concurrency: int = 2, resum
     t0 = time.perf_counter()
     last_sync = t0
     if to_stream:
-        import sys
-
-        fh = stream if stream is not None else sys.stdout.buffer
+        fh = stream if stream is not None else _stdout()
         owned = False
     else:
         fh = _append_to(out)

@@ -12,6 +12,7 @@ from typing import Any, Iterator
 
 from . import error_codes as ec
 from .errors import InputError
+from .score_records import refuse_wide_bom
 
 _CR, _LF, _QUOTE = 13, 10, 34
 _START_RECORD, _START_FIELD, _IN_FIELD, _IN_QUOTED, _QUOTE_IN_QUOTED = range(5)
@@ -93,6 +94,7 @@ class _CsvScanner:
             if not more:
                 break
             block += more
+        refuse_wide_bom(block, getattr(self.fh, "name", "the input"))
         if block.startswith(codecs.BOM_UTF8):
             block = block[len(codecs.BOM_UTF8):] or self.fh.read(_BLOCK)
         while block:

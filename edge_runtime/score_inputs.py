@@ -29,7 +29,10 @@ bytes or its last 64 KiB hold it whole; a JSONL line that is not UTF-8
 surrogates. A CSV quoted field that never closes makes its row an
 ``input_bad_csv`` record and the lines after that row's first line are read
 again as rows (``csv`` made them one field: every later record lost). See
-``score_csv_scan._CsvScanner``. An image subfolder that cannot be listed is one
+``score_csv_scan._CsvScanner``. A CSV/TSV row with more fields than the header (a delimiter in an
+unquoted text) is an ``input_bad_csv`` record, a header naming the field or id column twice is
+refused (``score_csv``), and a JSONL line with its field or id member twice is ``input_bad_json``
+(``score_jsonl._twice``). An image subfolder that cannot be listed is one
 ``input_file_unreadable`` record (id ``"sub/"``), not silently none.
 
 Image paths: a relative path in a JSONL field or a CSV/TSV column named
@@ -44,7 +47,8 @@ A blank JSONL line (empty or white space only) is no record: it gets no
 index and no output line (``line`` still counts it). A blank line of a text
 input is one (an empty text, rejected as ``input_empty``): there the line is
 the input. A UTF-8 byte order mark at the start of a file (Excel's CSV) is
-dropped. The input may be a pipe or a FIFO (``<(...)``, ``/dev/stdin``): it is
+dropped; a UTF-16 or UTF-32 one refuses the input (``score_records.refuse_wide_bom``). The
+input may be a pipe or a FIFO (``<(...)``, ``/dev/stdin``): it is
 read once (``count_records`` says None rather than read it twice).
 
 ``input_fingerprint`` identifies an input for ``score --resume``: size and
@@ -65,7 +69,7 @@ from .errors import InputError
 from .score_csv import _count_csv, read_csv
 from .score_images import IMAGE_PATH_FIELDS, _image_entries, image_base, image_files, read_images
 from .score_jsonl import _jsonl_lines, read_jsonl
-from .score_records import Record, _lines, _Overlong, _too_long
+from .score_records import Record, _lines, _Overlong, _too_long, refuse_wide_bom
 
 FORMATS = ("jsonl", "csv", "text", "images")
 
@@ -170,6 +174,13 @@ def read_records(path, fmt: str | None = None, *, field: str = "text", id_field:
         return RecordStream(read_images(path), source)
     if path.is_dir():
         raise InputError(f"{path} is a folder; --format {fmt} wants a file", code=ec.INPUT_INVALID)
+    if path.is_file():      # refused before a line is written (a pipe: by its reader, on its first bytes)
+        try:
+            with open(path, "rb") as fh:
+                refuse_wide_bom(fh.read(4), path)
+        except OSError as exc:
+            raise InputError(f"cannot read input {path}: {exc.strerror or exc}",
+                             code=ec.INPUT_FILE_UNREADABLE) from None
     if fmt == "text":
         return RecordStream(read_text(path, cap), source)
     if fmt == "jsonl":

@@ -169,11 +169,46 @@ def check_output(out: Path, job: dict | None = None) -> None:
         if why is not None:
             raise InputError(f"{what} {path} is {why}: score writes a regular file (-o - writes to stdout)",
                              code=ec.INPUT_INVALID, path=str(path))
-    src = ((job or {}).get("input") or {}).get("path")
+    inp = (job or {}).get("input") or {}
+    src = inp.get("path")
+    art = ((job or {}).get("artifact") or {}).get("path")
     for path, what in ((out, "the output"), (job_path(out), "the output's job record")):
         if src is not None and _same_file(path, src):
             raise InputError(f"{what} {path} is the input {src}: writing it would destroy the input; choose "
                              f"another -o", code=ec.INPUT_INVALID, path=str(path))
+        why = _inside(path, art, src if inp.get("kind") == "folder" else None)
+        if why is not None:
+            raise InputError(f"{what} {path} is {why}; choose another -o", code=ec.INPUT_INVALID, path=str(path))
+
+
+def _inside(path: Path, artifact: str | None, folder: str | None) -> str | None:
+    """Why ``path`` may not be written: inside the artifact (``--force`` would delete its
+    ``manifest.json`` or a model file, a new file changes the folder it was sealed in), or an image the
+    input folder's walk would read as an input (one overwritten, or one more record than the job's)."""
+    from .score_images import IMAGE_SUFFIXES
+
+    real = Path(os.path.realpath(path))
+    if artifact is not None and real.is_relative_to(os.path.realpath(artifact)):
+        return f"inside the artifact {artifact}: score never writes in the model it runs"
+    if folder is not None and real.suffix.lower() in IMAGE_SUFFIXES and real.is_relative_to(os.path.realpath(folder)):
+        return f"an image in the input folder {folder}: it would be read (or overwritten) as an input"
+    return None
+
+
+def check_stream(stream, source: dict | None) -> None:
+    """Refuse (``input_invalid``, nothing written) a ``-o -`` whose stdout is the input file itself
+    (``score IN -o - >> IN``): each line written would be read as one more input, a run without end
+    filling the disk. A stream with no descriptor (a test's buffer), or not a regular file, is fine."""
+    src = (source or {}).get("path")
+    if src is None:
+        return
+    try:
+        here, there = os.fstat(stream.fileno()), os.stat(src)
+    except (AttributeError, OSError, ValueError):     # io.UnsupportedOperation is an OSError and a ValueError
+        return
+    if stat.S_ISREG(here.st_mode) and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
+        raise InputError(f"stdout is the input {src} (-o - >> {src}?): every line written would be read as one more "
+                         f"input; write to another file", code=ec.INPUT_INVALID, path=str(src))
 
 
 def overwrite(out: Path, force: bool, job: dict | None = None) -> None:

@@ -3,8 +3,10 @@ refused unread (over-long: ``_overlong_id``; not UTF-8: ``_undecodable_id``). Se
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -36,12 +38,52 @@ def read_jsonl(path: Path, cap: int, field: str, id_field: str | None) -> Iterat
             yield Record(i, None, error=InputError(f"line {number} is a JSON {type(obj).__name__}, not an object",
                                                    code=ec.INPUT_BAD_JSON), line=number)
             continue
-        rid = _json_id(obj.get(id_field))
+        twice = _twice(line, (field, id_field))
+        rid = _json_id(obj.get(id_field)) if id_field not in twice else None
+        if twice:
+            yield Record(i, rid, error=InputError(
+                f"line {number} has {' and '.join(repr(k) for k in twice)} more than once: which one is meant is "
+                f"unclear (JSON readers differ: the last, the first, an error)", code=ec.INPUT_BAD_JSON), line=number)
+            continue
         if field not in obj:
             yield Record(i, rid, error=InputError(f"line {number} has no field {field!r}", code=ec.INPUT_FIELD_MISSING),
                          line=number)
             continue
         yield Record(i, rid, _image_path(obj[field], field, base), line=number)   # relative to the file
+
+
+def _twice(line: bytes, keys: tuple[str, ...]) -> list[str]:
+    """The ``keys`` the line's top-level object has more than once (``json.loads`` keeps the last one
+    silently). Parsed again, keeping every member, only when a key's text (any of its characters
+    possibly ``\\u``-escaped) is there twice: the common line costs one regex scan."""
+    if all(len(_key_text(k).findall(line)) < 2 for k in keys):
+        return []
+    top: list = []
+
+    def pairs(members):             # called for each object as it closes: the top-level one last
+        top[:] = [m[0] for m in members]
+        return dict(members)
+
+    json.loads(line, object_pairs_hook=pairs)
+    return [k for k in dict.fromkeys(keys) if top.count(k) > 1]
+
+
+@functools.lru_cache(maxsize=16)
+def _key_text(key: str) -> re.Pattern:
+    """``"key"`` as a JSON line may spell it: each character as itself or as its ``\\uXXXX`` escape
+    (a surrogate pair beyond the BMP), any case of hex."""
+    def hexes(n: int) -> str:
+        return "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in f"{n:04x}")
+
+    alts = []
+    for ch in key:
+        units = [ord(ch)] if ord(ch) < 0x10000 else list(divmod(ord(ch) - 0x10000, 0x400))
+        if len(units) == 2:
+            units = [0xD800 + units[0], 0xDC00 + units[1]]
+        esc = "".join(r"\\u" + hexes(u) for u in units)
+        lit = re.escape(json.dumps(ch, ensure_ascii=False)[1:-1])
+        alts.append(f"(?:{lit}|{esc}" + (r"|\\/" if ch == "/" else "") + ")")
+    return re.compile(('"' + "".join(alts) + '"').encode("utf-8", "surrogateescape"))
 
 
 def _json_id(rid):

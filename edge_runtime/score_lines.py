@@ -96,14 +96,16 @@ def _text(line: dict) -> str | None:
         return None
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff\x85\u2028\u2029]")
 
 
 def _utf8_safe(text: str) -> str:
     """``text`` (a JSON line) encodable as strict UTF-8: each lone surrogate (an id ``"\\ud800"`` in
     the input, an undecodable CSV byte kept by ``surrogateescape``) written as its JSON escape
     ``\\udXXX``, which reads back to the same string. It can only stand inside a JSON string (the
-    rest of the line is ASCII), and orjson's text never holds one."""
+    rest of the line is ASCII), and orjson's text never holds one. So are U+0085, U+2028 and U+2029
+    (in an id, a label, an error's message): Python's ``str.splitlines`` and JavaScript before ES2019
+    end a line there, so one output line read two."""
     if text.isascii():          # O(1) for a str CPython knows to be ASCII: the common line
         return text
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -43,8 +43,10 @@ def _lines(path: Path, cap: int) -> Iterator[tuple[bytes | _Overlong, int]]:
             if not line:
                 return
             number += 1
-            if number == 1 and line.startswith(codecs.BOM_UTF8):
-                line = line[len(codecs.BOM_UTF8):]
+            if number == 1:
+                refuse_wide_bom(line, path)
+                if line.startswith(codecs.BOM_UTF8):
+                    line = line[len(codecs.BOM_UTF8):]
             if len(line) > cap and not line.endswith(b"\n"):
                 tail = line[-_TAIL:]
                 while True:               # skip the rest of the over-long line, keeping its end
@@ -55,6 +57,21 @@ def _lines(path: Path, cap: int) -> Iterator[tuple[bytes | _Overlong, int]]:
                 yield _Overlong(line[:cap], tail.rstrip(b"\n").rstrip(b"\r")[-_TAIL:]), number
                 continue
             yield line.rstrip(b"\n").rstrip(b"\r"), number
+
+
+_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
+               (codecs.BOM_UTF16_BE, "UTF-16"))
+
+
+def refuse_wide_bom(first: bytes, path) -> None:
+    """Refuse (``input_bad_encoding``) an input that starts with a UTF-16 or UTF-32 byte order mark
+    (Notepad's and Excel's "Unicode text"): read as UTF-8 lines, its first line is undecodable and
+    every later one a text with a NUL byte between its letters (``\\x00b\\x00a\\x00d``), scored ``ok``;
+    a line end's ``\\x00`` even makes one record more than the file has lines."""
+    for bom, name in _WIDE_BOMS:
+        if first.startswith(bom):
+            raise InputError(f"{path} is {name} text (it starts with a {name} byte order mark); score reads UTF-8: "
+                             f"convert it (iconv -f {name} -t UTF-8)", code=ec.INPUT_BAD_ENCODING)
 
 
 def _too_long(cap: int) -> InputError:
