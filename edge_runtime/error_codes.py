@@ -379,6 +379,16 @@ CONVERT_FAMILY_MISMATCH: Final = _code("convert_family_mismatch", "input",
                                        "(a YOLOX objectness column read as yolo, say): parity cannot catch it, the "
                                        "fp32 reference decodes the same wrong way; the message names the family "
                                        "that fits.")
+# -- load: a bucket's first outputs are not what the manifest says the model returns ---------------------
+OUTPUT_CONTRACT_MISMATCH: Final = _code("output_contract_mismatch", "artifact",
+                                        "A bucket's first outputs on this device are not the manifest's (an "
+                                        "output missing, another element count, integer codes of another type "
+                                        "or where the manifest says float): every answer would be read wrongly.")
+# -- load: a bucket's model takes other inputs than the tensors the task feeds ---------------------------
+INPUT_CONTRACT_MISMATCH: Final = _code("input_contract_mismatch", "artifact",
+                                       "A bucket's model takes other inputs than the manifest's tensors (a Core ML "
+                                       "image-typed input where the task feeds a normalised tensor, another name "
+                                       "or shape): refused at load, never run on a reinterpreted input.")
 
 
 def markdown() -> str:

@@ -152,6 +152,7 @@ class Runtime(CallPath):
         # have fallen back alone: TensorRT refusing one shape, say), not the first session's
         self._bucket_devices = [s.device for s in self._sessions]
         self._bucket_names = [b.name for b in self.variant.buckets]
+        self._outputs_checked = [False] * len(self._sessions)
         if dropped:     # the choice is a record: what the sessions said makes a new one
             self.choice = self.choice.replace(fallback="; ".join(
                 x for x in (self.choice.fallback, dropped) if x))
@@ -266,6 +267,8 @@ class Runtime(CallPath):
             try:
                 bucket = self.infer(sample).bucket
             except EdgeRuntimeError as exc:
+                if exc.code == ec.OUTPUT_CONTRACT_MISMATCH:     # the device's, not the sample's: refused now
+                    raise
                 log.warning("pre/post-processing warm-up failed: %s", exc.message)
             self.warmup_ms["pipeline"] = round((time.perf_counter() - t0) * 1000, 3)
             if bucket is not None:          # that call was its bucket's first
@@ -277,10 +280,11 @@ class Runtime(CallPath):
             feeds = {t.name: np.ones(t.shape, dtype=t.dtype) for t in bucket.inputs}
             t0 = time.perf_counter()
             try:
-                sess.run(feeds)
+                outputs = sess.run(feeds)
             except Exception as exc:
                 raise DeviceError(f"warm-up of bucket {bucket['name']} failed on {self.device}: {exc}",
                                   code=ec.DEVICE_WARMUP_FAILED) from exc
+            self.check_outputs(outputs, k)
             self.warmup_ms[bucket.name] = round((time.perf_counter() - t0) * 1000, 3)
 
     def warm_batch(self) -> dict[str, float]:

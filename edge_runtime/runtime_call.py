@@ -19,9 +19,10 @@ from edge_runtime.devices.base import SessionCrashed
 
 from . import error_codes as ec
 from .batch_path import run_grouped
-from .errors import EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout, InputError
+from .errors import ArtifactError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout, InputError
 from .limits import Limits, deadline_value
 from .metrics import RuntimeMetrics
+from .output_contract import output_problems
 from .result import InferenceResult, new_trace_id
 from .watchdog import WATCHDOG
 
@@ -50,6 +51,7 @@ class CallPath:
     _loaded_pid: int = 0
     _consts: tuple | None = None     # (target, model, version) of every result, read on the first
     _bucket_devices: list[str]       # the device each bucket's session runs on (a result names its own)
+    _outputs_checked: list[bool]     # per bucket: its outputs were checked against the manifest (output_contract)
 
     def infer(self, raw, *, deadline_ms: int | None = None, limits: dict | None = None,
               trace_id: str | None = None, options: dict | None = None) -> InferenceResult:
@@ -230,6 +232,8 @@ class CallPath:
         })
 
     def _finish(self, outputs, prepared):
+        if not self._outputs_checked[prepared.bucket]:      # the bucket's first outputs: one flag test after
+            self.check_outputs(outputs, prepared.bucket)
         if not self._nonfinite_ok:
             self._check_finite(outputs, prepared)
         try:
@@ -237,6 +241,17 @@ class CallPath:
         except Exception as exc:
             raise InferenceRuntimeError(f"post-processing failed: {type(exc).__name__}: {exc}",
                                         device=self.device, variant=self.variant.target) from exc
+
+    def check_outputs(self, outputs, bucket: int) -> None:
+        """``ArtifactError`` (``output_contract_mismatch``) when a bucket's outputs are not the manifest's
+        (``output_contract``): every answer would be read wrongly; checked once per bucket."""
+        spec = self.variant["buckets"][bucket]
+        problems = output_problems(outputs, spec["outputs"])
+        if problems:
+            raise ArtifactError(f"{self.device} returned outputs for {self.variant.target} bucket {spec['name']} "
+                                f"that are not the manifest's: {'; '.join(problems)}", file=spec["file"],
+                                code=ec.OUTPUT_CONTRACT_MISMATCH)
+        self._outputs_checked[bucket] = True
 
     def _check_finite(self, outputs, prepared) -> None:
         """A float output holding NaN or infinity is a failure of this device, never a result (a broken
