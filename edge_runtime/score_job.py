@@ -164,6 +164,11 @@ def check_output(out: Path, job: dict | None = None) -> None:
     """Refuse (``InputError``, exit 2, nothing touched) an output, or its job record, that is not a
     regular file, and an output that is the job's input itself (``-o`` the input, a link to it or a
     hard link of it): ``--force`` would delete it, ``--resume`` cut and append to it."""
+    if _system_path(out):
+        # /dev/stdout is a link to the process's fd: --force unlinked the link itself (as root: gone for
+        # every process until a reboot), and the job record was created as /dev/stdout.job.json
+        raise InputError(f"the output {out} is under /dev or /proc: score writes a regular file and its job record "
+                         "beside it; write to stdout with -o -", code=ec.INPUT_INVALID, path=str(out))
     for path, what in ((out, "the output"), (job_path(out), "the output's job record")):
         why = _not_regular(path)
         if why is not None:
@@ -179,6 +184,16 @@ def check_output(out: Path, job: dict | None = None) -> None:
         why = _inside(path, art, src if inp.get("kind") == "folder" else None)
         if why is not None:
             raise InputError(f"{what} {path} is {why}; choose another -o", code=ec.INPUT_INVALID, path=str(path))
+
+
+def _system_path(path: Path) -> bool:
+    """Whether ``path`` (as given, or in its folder resolved) is under ``/proc``, or ``/dev`` other than
+    the ``/dev/shm`` tmpfs (a regular place for files)."""
+    here = Path(os.path.abspath(path))
+    for p in (here, Path(os.path.realpath(here.parent)) / here.name):
+        if p.parts[1:2] == ("proc",) or (p.parts[1:2] == ("dev",) and p.parts[2:3] != ("shm",)):
+            return True
+    return False
 
 
 def _inside(path: Path, artifact: str | None, folder: str | None) -> str | None:

@@ -258,3 +258,18 @@ def test_a_field_option_on_a_text_input_is_refused_with_the_ray_engine_too(text_
     res = run_cli("score", text_art, src, "-o", tmp_path / "out.jsonl", "--quiet", "--engine", "ray",
                   "--field", "review")
     assert res.exit_code == 2 and "read as text" in res.output, res.output       # before Ray starts
+
+
+def test_an_output_under_dev_or_proc_is_refused_before_anything_is_touched(tmp_path):
+    """``-o /dev/stdout --force`` with stdout redirected to a file passed every check (the link's target
+    is a regular file) and then unlinked /dev/stdout itself (as root: for every process until a reboot),
+    and wrote the job record as /dev/stdout.job.json."""
+    import edge_runtime as er
+    from edge_runtime.score_job import check_output, overwrite
+
+    for out in ("/dev/stdout", "/proc/self/fd/1", "/dev/fd/1"):
+        with pytest.raises(er.InputError, match="under /dev or /proc") as ei:
+            overwrite(Path(out), True)
+        assert ei.value.code == "input_invalid"
+    check_output(tmp_path / "out.jsonl")        # an ordinary path is fine, /dev/shm (a tmpfs) too
+    check_output(Path("/dev/shm/edge-runtime-test-never-written.jsonl"))
