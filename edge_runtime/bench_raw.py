@@ -76,7 +76,7 @@ class TfliteRaw:
         from ai_edge_litert.interpreter import Interpreter
 
         threads = int(options.get("threads") or os.environ.get("EDGE_RUNTIME_THREADS") or os.cpu_count() or 1)
-        from edge_runtime.devices.tflite_backend import quiet_native_stderr
+        from edge_runtime.devices.native_stderr import quiet_native_stderr
 
         with quiet_native_stderr():      # LiteRT's "Created ... XNNPACK delegate" INFO line
             self.interp = Interpreter(model_path=path, num_threads=threads)

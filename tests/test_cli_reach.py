@@ -184,7 +184,7 @@ def test_litert_info_line_is_gone_and_real_errors_still_reach_stderr(coral_artif
 def test_quiet_native_stderr_replays_everything_but_the_info_line(capfd):
     import os
 
-    from edge_runtime.devices.tflite_backend import quiet_native_stderr
+    from edge_runtime.devices.native_stderr import quiet_native_stderr
 
     with quiet_native_stderr():
         os.write(2, b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\nERROR: a real native error\n")
