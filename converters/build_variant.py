@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from edge_runtime.artifact import ArtifactWriter
 from edge_runtime import error_codes as ec
-from edge_runtime.errors import InputError
+from edge_runtime.errors import ArtifactError, InputError
 from edge_runtime.limits import DEFAULT_LIMITS
 
 from . import parity
@@ -95,15 +95,14 @@ def build_variant(job: Job, target: str, samples: Samples, reference: Reference,
 def build_target(job: Job, converter: Converter, target: str, samples: Samples, reference: Reference,
                  recipe: str | None, overrides: dict | None, budget: float, progress) -> Built:
     """Every bucket of ``target`` built with ``recipe``, then its parity measured."""
-    buckets, builds = [], []
+    buckets, builds, used = [], [], {}
     for fb in job.fp32:
-        build = _build_bucket(job, converter, target, fb, samples.calib, recipe, overrides, budget, progress)
+        build, used[fb.name] = _build_bucket(job, converter, target, fb, samples.calib, recipe, overrides, budget,
+                                             progress)
         buckets.append(_bucket_record(job, converter, target, fb.name, build))
         builds.append(build)
     quant = dict(next((b.quantization for b in builds if b.quantization), {}))   # the first bucket's
-    quant["calibration"] = {"samples": len(samples.calib), "fingerprint": fingerprint(samples.calib),
-                            "source": data_name(job.req.calibration), **policy_fields(samples.policy, "calibration"),
-                            **({"left_out": samples.left_out} if samples.left_out else {})}
+    quant["calibration"] = calibration_record(job, target, samples, used, quant.get("scheme"), progress)
     parity_files = [str(b.parity_model) for b in builds if b.parity_model is not None]
     if parity_files and (len(parity_files) != len(builds) or not converter.fallback_target):
         raise ConverterInvalid(f"{target}: a parity_model needs one per bucket and the converter's "
@@ -134,17 +133,85 @@ def runtime_record(measured: Measured) -> dict:
     return {**measured.options, "why": measured.why} if measured.why else dict(measured.options)
 
 
+@dataclass(frozen=True)
+class BucketCalibration:
+    """What one bucket's build calibrated on."""
+    used: tuple          # indices into Samples.calib of the samples the toolchain calibrated on
+    unprepared: int = 0  # samples this bucket's task could not prepare (never given to the toolchain)
+    why: str = ""        # the first one's reason
+
+
+def calibration_record(job: Job, target: str, samples: Samples, used: dict, scheme, progress) -> dict:
+    """The variant's ``quantization.calibration``: what was calibrated on, never only what was given.
+    ``samples`` and ``fingerprint`` are of the samples some bucket's toolchain calibrated on; where
+    that is not every sample given, ``given`` and ``not_used`` say what and why; ``per_bucket`` where
+    the buckets calibrated on different counts. A variant that calibrated nothing (a float target, a
+    data-free weight compression) records ``samples: 0`` and ``used: false`` with the reason: its
+    record named the convert's calibration samples as if they had made it."""
+    given = len(samples.calib)
+    union = sorted(set().union(*(set(c.used) for c in used.values()))) if used else []
+    if not union:
+        return {"samples": 0, "used": False,
+                "not_used": f"{target} ({scheme or 'not quantized'}) calibrated on no sample: "
+                            f"none of the {given} calibration samples of the convert was used"}
+    rec = {"samples": len(union), "fingerprint": fingerprint([samples.calib[i] for i in union]),
+           "source": data_name(job.req.calibration), **policy_fields(samples.policy, "calibration"),
+           **({"left_out": samples.left_out} if samples.left_out else {})}
+    notes = []
+    for name, c in used.items():
+        if c.unprepared:
+            notes.append(f"bucket {name}: {c.unprepared} its task cannot prepare (the first: {c.why[:200]})")
+        if len(c.used) < given - c.unprepared:
+            notes.append(f"bucket {name}: the toolchain calibrated on the first {len(c.used)} of the "
+                         f"{given - c.unprepared} it was given")
+    if not notes:
+        return rec
+    rec.update(given=given, not_used="; ".join(notes))
+    counts = {name: len(c.used) for name, c in used.items()}
+    if len(set(counts.values())) > 1:
+        rec["per_bucket"] = counts
+    for note in notes:
+        progress(f"warning: {target}: calibration: {note}")
+    fewest, policy = min(counts.values()), samples.policy["calibration"]
+    if fewest < policy["min_samples"] and not job.req.allow_few_samples:
+        raise InputError(f"too few samples: {target} calibrated on {fewest} calibration samples ({rec['not_used']}), "
+                         f"under the minimum of {policy['min_samples']}. Give more, lower --min-calibration-samples, "
+                         "or pass --allow-few-samples", code=ec.CONVERT_TOO_FEW_SAMPLES)
+    if fewest < policy["warn_below"]:      # judged on what was used, not on what was given
+        rec["warning"] = (f"only {fewest} calibration samples used" + (
+            f", under the minimum of {policy['min_samples']} (allowed by --allow-few-samples)"
+            if fewest < policy["min_samples"] else f" (fewer than {policy['warn_below']})"))
+        if fewest < policy["min_samples"]:
+            rec["allow_few_samples"] = True
+        progress(f"warning: {target}: {rec['warning']}")
+    return rec
+
+
 def _build_bucket(job: Job, converter: Converter, target: str, fb: Fp32Bucket, calib: list, recipe,
-                  overrides: dict | None, budget, progress) -> BucketBuild:
+                  overrides: dict | None, budget, progress) -> tuple[BucketBuild, BucketCalibration]:
     progress(f"{target}: quantizing bucket {fb.name} with {len(calib)} calibration samples" if converter.quantizes
              else f"{target}: building bucket {fb.name} (float, not quantized)")
-    one = job.task([fb.spec])
-    prepared = []
-    for s in calib:
+    try:
+        one = job.task([fb.spec])
+    except ArtifactError as exc:   # the contract over every bucket took it, this bucket's alone cannot be one
+        raise InputError(f"{target}: bucket {fb.name}: {exc.message} (drop it from --buckets)",
+                         code=ec.CONVERT_BUCKETS_INVALID) from None
+    # split_samples kept only what the task over every bucket prepares. The built-in tasks' one-bucket
+    # contract takes each of them too (image and tensors convert to one bucket; a text task truncates
+    # to a short bucket, keeping a token of text), but a plug-in task over buckets that refuses what
+    # does not fit one can refuse some: counted, said in the record and warned of, never dropped
+    # without a word (it was `except InputError: continue`). A float target is given none.
+    prepared, index, unprepared, why = [], [], 0, ""
+    for k, s in enumerate(calib if converter.quantizes else ()):
         try:
             prepared.append(one.prepare(s, DEFAULT_LIMITS))
-        except InputError:
-            continue
+            index.append(k)
+        except InputError as exc:
+            unprepared += 1
+            why = why or exc.message
+    if converter.quantizes and not prepared:
+        raise InputError(f"{target}: bucket {fb.name}: none of the {len(calib)} calibration samples can be prepared "
+                         f"for it: {why}", code=ec.CONVERT_CALIBRATION_INVALID)
     dst = job.root / _rel(converter, target, fb.name)
     dst.parent.mkdir(parents=True, exist_ok=True)
     ctx = BuildContext(task=job.req.task, work=job.work, recipe=recipe, overrides=overrides,
@@ -158,7 +225,12 @@ def _build_bucket(job: Job, converter: Converter, target: str, fb: Fp32Bucket, c
     if not isinstance(build, BucketBuild):
         raise ConverterInvalid(f"{target}: {type(converter).__name__}.build_bucket returned "
                                f"{type(build).__name__}, not a BucketBuild")
-    return build
+    # a converter says how many of the feeds (the first ones) it calibrated on: ``calibration_samples``
+    n = (build.quantization or {}).get("calibration_samples", len(prepared))
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= len(prepared):
+        raise ConverterInvalid(f"{target}: {type(converter).__name__}.build_bucket records calibration_samples "
+                               f"{n!r} of the {len(prepared)} feeds it was given")
+    return build, BucketCalibration(tuple(index[:n]), unprepared, why)
 
 
 def _rel(converter: Converter, target: str, bucket: str) -> str:

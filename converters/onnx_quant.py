@@ -287,13 +287,17 @@ def quantize(src_path, dst_path, calibration_feeds: list[dict[str, np.ndarray]],
         shutil.move(str(out), str(dst_path))
     q = onnx.load(str(dst_path), load_external_data=False)
     n_quant = sum(1 for n in q.graph.node if n.op_type == "DequantizeLinear")
+    if n_quant == 0 and rewritten == 0:     # every node excluded or of another type: the "int8" model is float
+        raise ValueError("ONNX Runtime quantized no node (no DequantizeLinear, no MatMulInteger): the model would "
+                         "run in float; check op_types_to_quantize and nodes_to_exclude")
     return {
         "scheme": "static-qdq",
         "weights": cfg["weights"],
         "activations": cfg["activations"],
         "per_channel": cfg["per_channel"],
         "calibrate_method": cfg["calibrate_method"],
-        "percentile": cfg["percentile"] if cfg["calibrate_method"] == "Percentile" else None,
+        # the percentile ORT calibrated at: ours, else extra_options' CalibPercentile, else ORT's 99.999
+        "percentile": extra.get("CalibPercentile", 99.999) if cfg["calibrate_method"] == "Percentile" else None,
         "op_types_to_quantize": cfg["op_types_to_quantize"],
         "nodes_to_exclude": exclude,
         "reduce_range": cfg["reduce_range"],

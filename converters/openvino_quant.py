@@ -29,7 +29,9 @@ Recipes (the same names as the onnx-int8 target's where they mean the same):
     saturation on any CPU: the last resort of ``--recipe auto``.
 
 Overrides (``--recipe-override``): ``ignored_scope`` ({"names", "patterns",
-"types"}), ``float_matmuls`` (any of "gelu", "attention-out", "head"), ``subset_size``,
+"types"}), ``float_matmuls`` (any of "gelu", "attention-out", "head"), ``subset_size`` (a
+positive integer: NNCF calibrates on the first ``subset_size`` feeds; default 300; the record's
+``calibration_samples`` and the manifest's ``calibration`` count only those),
 ``fast_bias_correction``, ``preset`` ("performance" / "mixed"),
 ``model_type`` ("transformer" / "none"), ``smooth_quant_alpha``,
 ``activation_range`` (an NNCF range estimator: minmax, mean_minmax,
@@ -94,6 +96,15 @@ def _params(task: str, overrides: dict, model=None) -> tuple[dict, dict]:
     transformer = get_task(task).recipe_family == "transformer"
     model_type = overrides.get("model_type", "transformer" if transformer else "none")
     preset = overrides.get("preset", "mixed" if model_type == "transformer" else "performance")
+    # a typo ran as "none" (model_type) or crashed untyped (a KeyError: preset), the record saying the typo
+    if model_type not in ("transformer", "none"):
+        raise ValueError(f"model_type {model_type!r} is not one of transformer, none")
+    if preset not in ("mixed", "performance"):
+        raise ValueError(f"preset {preset!r} is not one of mixed, performance")
+    if not isinstance(overrides.get("fast_bias_correction", True), bool):   # "false" ran (and was recorded) as True
+        raise ValueError(f"fast_bias_correction {overrides['fast_bias_correction']!r} is not true or false")
+    if not isinstance(overrides.get("ignored_scope") or {}, dict):
+        raise ValueError(f"ignored_scope {overrides['ignored_scope']!r} is not an object of names, patterns, types")
     kw = {
         "model_type": nncf.ModelType.TRANSFORMER if model_type == "transformer" else None,
         "preset": {"mixed": nncf.QuantizationPreset.MIXED,
@@ -137,7 +148,20 @@ def _params(task: str, overrides: dict, model=None) -> tuple[dict, dict]:
     for key in ("smooth_quant_alpha", "activation_range", "overflow_fix"):
         if key in overrides:
             record[key] = overrides[key]
+    # what NNCF ran with where not overridden: its default 7-bit weights in the first layer only
+    record.setdefault("overflow_fix", "first_layer_only")
     return kw, record
+
+
+def _subset_size(overrides: dict) -> int:
+    """How many feeds NNCF calibrates on (its first ones): the ``subset_size`` override, else 300
+    (NNCF's default). A bool, a fraction, a string or a count under 1 is refused: ``int()`` took
+    2.7 as 2 and "abc" as a crash, and 0 reached NNCF as an untyped ValidationError."""
+    value = overrides.get("subset_size", 300)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"subset_size {value!r} is not a positive integer (how many calibration samples NNCF "
+                         "calibrates on, its first ones)")
+    return value
 
 
 def _outputs(compiled, result) -> dict:
@@ -180,6 +204,8 @@ def quantize(fp32_onnx, out_xml, feeds: list[dict], *, task: str, recipe: str = 
     kw, record = _params(task, overrides, model)
     if recipe == "weights-int8":
         return _compress_weights(model, out_xml, recipe, overrides, nncf, ov)
+    record["subset_size"] = _subset_size(overrides)
+    subset = min(len(feeds), record["subset_size"])    # what NNCF runs over (no warning that there are fewer)
     calib = nncf.Dataset(feeds)
     info: dict = {"scheme": "nncf-ptq-static", "weights": "int8 symmetric per-channel",
                   "activations": "int8 per-tensor (" + ("asymmetric where mixed" if record["preset"] == "mixed"
@@ -189,17 +215,21 @@ def quantize(fp32_onnx, out_xml, feeds: list[dict], *, task: str, recipe: str = 
         if task_obj is None or not prepared:
             raise ValueError("accuracy-control needs the task and prepared validation samples")
         drop = float(max_drop) if max_drop is not None else max(0.0, 1.0 - float(budget if budget is not None else 0.99))
+        if not 0.0 <= drop <= 1.0:      # NaN too: NNCF would compare every drop against it as False
+            raise ValueError(f"max_drop {max_drop!r} is not a number in [0, 1]")
         items, validation_fn = _validation(model, task_obj, prepared, ov)
         q = nncf.quantize_with_accuracy_control(model, calib, nncf.Dataset(items), validation_fn,
-                                                max_drop=drop, subset_size=min(len(feeds), 300), **kw)
+                                                max_drop=drop, subset_size=subset, **kw)
         info["accuracy_control"] = {"max_drop": drop, "metric": task_obj.parity_metric,
                                     "validation_samples": len(items)}
     else:
-        q = nncf.quantize(model, calib, subset_size=int(overrides.get("subset_size", min(len(feeds), 300))), **kw)
+        q = nncf.quantize(model, calib, subset_size=subset, **kw)
     fq = sum(1 for op in q.get_ops() if op.get_type_name() == "FakeQuantize")
     if fq == 0:
         raise ValueError("NNCF inserted no quantizers: the IR would run in float")
     info["fake_quantize_ops"] = fq
+    # NNCF's statistics run over the first ``subset_size`` feeds (islice): the rest calibrated nothing
+    info["calibration_samples"] = subset
     # compress_to_fp16 defaults to True and would silently store fp16 weights
     ov.save_model(q, str(out_xml), compress_to_fp16=False)
     return info
@@ -225,4 +255,5 @@ def _compress_weights(model, out_xml, recipe: str, overrides: dict, nncf, ov) ->
     return {"scheme": "nncf-weight-compression", "weights": "int8 asymmetric per-channel",
             "activations": "float (weights decompressed at run time; no int8 activation arithmetic)",
             "recipe": recipe, "nncf": {"mode": "int8_asym", "ignored_scope": scope or None},
-            "int8_weight_constants": int8}
+            "int8_weight_constants": int8,
+            "calibration_samples": 0}      # data-free: the weights' own ranges, no calibration feed is run

@@ -67,7 +67,8 @@ def measure_target(ref: Reference, target: str, converter: Converter, root: Path
             progress(f"warning: {target}: {opts} cannot be compiled here, not measured: {str(exc)[:200]}")
             continue
         try:
-            trials.append((opts, parity.measure(ref.task, ref.sessions, task_cand, cand_sessions, ref.held)))
+            trials.append((opts, _judgeable(parity.measure(ref.task, ref.sessions, task_cand, cand_sessions,
+                                                           ref.held))))
         except EdgeRuntimeError:
             raise
         except Exception as exc:  # the toolchain built a model that does not run (TF's int8 DIV, say)
@@ -86,14 +87,27 @@ def measure_target(ref: Reference, target: str, converter: Converter, root: Path
         par["measured_on"] = (f"the {par_target} model given to the compiler: the compiled model runs "
                               "only on an Edge TPU, absent at build time")
     par["data"] = ref.data
-    if par.get("measured") is False:   # recorded as not measured, with the reason: never a figure
+    par = _judgeable(par)
+    if par.get("measured") is False or par.get("not_judged"):   # not measured / compares nothing: never a figure
         par["passed"] = None
     else:
         par["passed"] = par["value"] is not None and par["value"] >= par["budget"]
-        nothing = compares_nothing(par)
-        if nothing:         # a figure with no evidence behind it (F1 1.0 over no box): no figure, no pass
-            par.update(value=None, passed=None, not_judged=nothing)
     return Measured(par, runtime_opts, why, trials)
+
+
+def _judgeable(par: dict) -> dict:
+    """``par`` with no figure where it compares nothing (F1 1.0 over no box). Done per trial, before
+    the runtime options are picked: such a trial's 1.0 counted as "within budget" in the pick (the
+    fastest of them kept on no evidence) and stood in ``runtime_trials`` as a measured figure that
+    verify read back as the recorded one, while ``parity.value`` said none."""
+    nothing = compares_nothing(par) if par.get("value") is not None else None
+    if nothing:
+        par.update(value=None, passed=None, not_judged=nothing, **({"min": None} if "min" in par else {}))
+    for name, figures in (par.get("per_bucket") or {}).items():   # a bucket's 1.0 over no box: no figure either
+        bucket_nothing = compares_nothing(figures) if isinstance(figures, dict) else None
+        if bucket_nothing:
+            par["per_bucket"][name] = {**figures, "value": None, "min": None, "not_judged": bucket_nothing}
+    return par
 
 
 def _parity_elsewhere(converter: Converter, ref: Reference, task_cand, buckets, why, progress, target) -> dict:
@@ -130,7 +144,8 @@ def _pick_runtime(trials: list, budget: float) -> tuple[dict, dict, str | None]:
         opts, par = fastest
     why = None
     if len(trials) > 1 and opts:
-        others = ", ".join(f"{o}: {p['device_ms_median']} ms, parity {p['value']:.4f}" for o, p in trials)
+        others = ", ".join(f"{o}: {p['device_ms_median']} ms, parity "
+                           + (f"{p['value']:.4f}" if p.get("value") is not None else "not judged") for o, p in trials)
         why = f"fastest within the parity budget at convert time ({others})"
     return opts, par, why
 
