@@ -183,6 +183,9 @@ class CoremlConverter(Converter):
                 "calibrated, before conversion" + ("; linears lifted from the torch.export graph, SmoothQuant; "
                                                    "weights outside linears int8 weight-only)" if recipe else ")")),
             "mode": mode, "recipe": mode,
+            # w8 quantizes the weights from their own ranges: no calibration feed shapes the package (the
+            # feeds only check the float16 range, recorded as float16_range), so the record says none was used
+            **({"calibration_samples": 0} if mode == "w8" else {}),
             "weights": "int8",
             "activations": (f"{precision} (Core ML compute precision)" if mode == "w8" else
                             f"int8/uint8 (quantize/dequantize in front of conv/linear), {precision} between"

@@ -72,6 +72,9 @@ def test_w8_digits_via_cli_records_parity_not_measured(tmp_path):
     assert "coreml: buckets static; parity not measured: Core ML prediction runs only on macOS" in res.output
     (v,) = _manifest(out)["variants"]
     assert v["quantization"]["mode"] == "w8" and "linear_quantize_weights" in v["quantization"]["scheme"]
+    # weights from their own ranges: no calibration sample shaped the package (it recorded all of them)
+    cal = v["quantization"]["calibration"]
+    assert cal["samples"] == 0 and cal["used"] is False and "fingerprint" not in cal, cal
     par = v["parity"]
     assert par["value"] is None and par["measured"] is False and par["passed"] is None and par["samples"] == 0
     assert "macOS" in par["not_measured"]
