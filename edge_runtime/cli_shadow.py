@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from .cli_common import _guard, emit
-from .cli_score import error_json, exit_with
+from .cli_score import _fields_read, error_json, exit_with
 
 
 class Fraction(click.FloatRange):
@@ -109,7 +109,8 @@ def host_cpu() -> str:
                    "(--resume replaces only a report shadow wrote).")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "text", "images"]),
               help="Input format (default: from the suffix; a folder is images).")
-@click.option("--field", help="JSONL field / CSV column holding the input (default: text, image or inputs by task).")
+@click.option("--field", help="JSONL field / CSV column holding the input (default: text, image or inputs by task); "
+                               "refused for a text input or an image folder.")
 @click.option("--id-field", help="JSONL field / CSV column holding the record id (default: id).")
 @click.option("--label-field", default="label", show_default=True,
               help="JSONL field / CSV column holding the true label (an image folder: <label>/<image>).")
@@ -147,12 +148,16 @@ def shadow_cmd(a, b, input_path, output, device_a, device_b, require_device, min
     from .shadow import shadow, verdict
 
     to_stdout = output == "-"
+    _fields_read(input_path, fmt, field, id_field)      # a text input or image folder has none: refused, as score
+    _label_field_read(input_path, fmt, label_field, click.get_current_context())
     replace = False
     if report:
         replace = check_report_path(report, input_path, output, (a, b), force=force, resume=resume)
     with load(a, device=device_a, strict=require_device) as rt_a, \
             load(b, device=device_b, strict=require_device) as rt_b:
-        cap = 4 * min(rt_a.limits.max_request_bytes, rt_b.limits.max_request_bytes) + 65536
+        # the larger side's cap: a line only B's limit refuses is still read, so A answers it and B refuses it
+        # itself (a disagreement); under the smaller cap both "failed" and it left the agreement unseen
+        cap = 4 * max(rt_a.limits.max_request_bytes, rt_b.limits.max_request_bytes) + 65536
         records = read_records(input_path, fmt, field=field or type(rt_a.task).score_field, id_field=id_field,
                                cap=cap)
         progress = Progress(count_records(input_path, fmt), sys.stderr, enabled=not quiet)
@@ -179,6 +184,26 @@ def shadow_cmd(a, b, input_path, output, device_a, device_b, require_device, min
         exit_with(problem)
 
 
+def _label_field_read(input_path, fmt, label_field: str, ctx) -> None:
+    """Refuse a ``--label-field`` given where no field is read (``score``'s ``_fields_read`` for ``--field``):
+    a text input has no labels, an image folder's label is its first folder; ``data.txt --label-field
+    sentiment`` ran unlabelled, no accuracy and no word of why, exit 0."""
+    from click.core import ParameterSource
+
+    from . import error_codes as ec
+    from .errors import InputError
+    from .score_inputs import detect_format
+
+    if ctx.get_parameter_source("label_field") != ParameterSource.COMMANDLINE:
+        return
+    kind = fmt or detect_format(Path(input_path))
+    if kind in ("text", "images"):
+        how = ("one input a line, no label" if kind == "text"
+               else "a folder of images, each labelled by its first folder (<label>/<image>)")
+        raise InputError(f"--label-field {label_field}: the input {input_path} is read as {kind} ({how}), which has "
+                         f"no fields; name its format (--format jsonl or csv) or drop the option",
+                         code=ec.INPUT_INVALID)
+
 
 def check_report_path(report, input_path, output, artifacts, *, force: bool = False, resume: bool = False) -> bool:
     """Refuse (``InputError``, exit 2, before anything runs) a ``--report`` that would overwrite what
@@ -192,7 +217,7 @@ def check_report_path(report, input_path, output, artifacts, *, force: bool = Fa
 
     from .errors import InputError
     from . import error_codes as ec
-    from .score_job import _not_regular, job_path
+    from .score_job import _not_regular, _system_path, job_path
     from .shadow_report import is_report
 
     def same(x, y) -> bool:
@@ -204,6 +229,12 @@ def check_report_path(report, input_path, output, artifacts, *, force: bool = Fa
         return Path(x).resolve() == Path(y).resolve()
 
     target = Path(report)
+    if _system_path(target):    # /dev/stdout: with -o - > pairs.jsonl the page truncated every line, exit 0
+        raise InputError(f"--report {report} is under /dev or /proc: the report is written as a regular file; "
+                         f"choose another --report", code=ec.INPUT_INVALID, path=str(report))
+    if output == "-" and _is_stdout(target):
+        raise InputError(f"--report {report} is the file stdout writes the -o - lines to: writing the page would "
+                         f"destroy them; choose another --report", code=ec.INPUT_INVALID, path=str(report))
     named = [(input_path, "the input")]
     if output and output != "-":
         named += [(output, "the output"), (job_path(Path(output)), "the output's job record")]
@@ -229,8 +260,33 @@ def check_report_path(report, input_path, output, artifacts, *, force: bool = Fa
                      f"edge-infer shadow wrote)", code=ec.SCORE_OUTPUT_EXISTS, path=str(report))
 
 
-def _f(v, digits=4):
-    return "-" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+def _is_stdout(path: Path) -> bool:
+    """Whether ``path`` is the regular file this process's stdout writes to (``-o - > pairs.jsonl``)."""
+    import os
+    import stat
+
+    try:
+        here, there = os.fstat(sys.stdout.fileno()), os.stat(path)
+    except (AttributeError, OSError, ValueError):     # no descriptor (a test's buffer), or no such file
+        return False
+    return stat.S_ISREG(here.st_mode) and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _f(v, digits=4, up: bool = False):
+    """A figure as text, cut to ``digits`` decimals toward its worse side, never rounded past it: a cosine
+    min of 0.989999 (one input under ``--agree-at 0.99``) read "min 0.9900", a margin of -0.00004 (B
+    flipped) "-0.0000". ``up``: a figure where lower is better (``score_diff``'s p95 and max): rounded up."""
+    import math
+    from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+
+    if v is None:
+        return "-"
+    if not isinstance(v, float):
+        return str(v)
+    if not math.isfinite(v):
+        return f"{v:.{digits}f}"
+    cut = Decimal(repr(v)).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_CEILING if up else ROUND_FLOOR)
+    return f"{cut:.{digits}f}"
 
 
 def summary_lines(d: dict) -> list[str]:
@@ -262,7 +318,8 @@ def summary_lines(d: dict) -> list[str]:
                    f"{cut['one_side']} cut on one side only (the two answered different texts)")
     for name, fig in d["figures"].items():
         if fig.get("worst") == "max":       # a difference: its worst inputs are its largest
-            out.append(f"  {name}: mean {_f(fig['mean'])}, p95 {_f(fig['p95'])}, max {_f(fig['max'])}")
+            out.append(f"  {name}: mean {_f(fig['mean'], up=True)}, p95 {_f(fig['p95'], up=True)}, "
+                       f"max {_f(fig['max'], up=True)}")
         else:
             out.append(f"  {name}: mean {_f(fig['mean'])}, p5 {_f(fig['p5'])}, min {_f(fig['min'])}")
     if d["kind"] == "classification":
@@ -282,7 +339,8 @@ def summary_lines(d: dict) -> list[str]:
     la, lb = d["latency_ms"]["a"], d["latency_ms"]["b"]
 
     def pct(side: dict, p: str) -> str:       # a percentile from too few inputs is the slowest one: starred
-        return _f(side[p], 3) + ("*" if p in (side.get("few_samples_for") or ()) and side[p] is not None else "")
+        star = p in (side.get("few_samples_for") or ()) and side[p] is not None
+        return _f(side[p], 3, up=True) + ("*" if star else "")
     out.append(f"latency per input (ms, infer()): A p50 {pct(la, 'p50')} p99 {pct(la, 'p99')} | "
                f"B p50 {pct(lb, 'p50')} p99 {pct(lb, 'p99')}  [{d['cpu']}]")
     few = sorted({p for s in (la, lb) if s["p50"] is not None for p in s.get("few_samples_for") or ()})

@@ -20,13 +20,18 @@ neither always meets a warm cache. Each input is one JSONL line, in input order:
   B's labels differ from A's, ``truth_id_b`` the same class among B's (null: B's
   labels cannot say which; -1: B has none). A label whose text the labels file
   repeats names no one class and is refused before anything runs (``input_invalid``,
-  exit 2, as ``eval``). Classifiers only: another task has no truth;
+  exit 2, as ``eval``), as is a ``--label-field`` other than ``label`` that no record
+  holds (``input_field_missing``) and a CSV header naming the label column twice. A piped
+  input (``/dev/stdin``, a FIFO) is read once, by the run: no truth, ``accuracy_note``
+  says why (a second read for the labels lost records). Classifiers only: another task has no truth;
 - ``input``: the text (first 300 characters) or the image path, for the report.
 
 Nothing lost: the output and its job record are ``score``'s (``score.prepare_output``,
 ``score.job_identity``, ``OUT.job.json`` written atomically before the first line); so are
-its refusals (an output or job record that is not a regular file, or is the input: nothing
-touched, exit 2; a -o that cannot be created: ``input_invalid`` naming it) and its lines
+its refusals (an output or job record that is not a regular file, is the input, lies inside
+either artifact or is an image of the input folder: nothing touched, exit 2; a -o that cannot be
+created: ``input_invalid`` naming it; ``-o -`` whose stdout is the input file, ``-o - >> IN``:
+``score_job.check_stream``) and its lines
 (strict UTF-8 JSON whatever the id holds: ``score_lines``).
 The job record is A's, with B's artifact seal, variant, device and the agreement
 threshold in its options, so ``--resume`` refuses (``score_output_mismatch``) another
@@ -69,7 +74,7 @@ from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
 from .shadow_lines import INPUT_PREVIEW_CHARS, _dumps, shadow_line
 from .shadow_summary import FAILED_BADNESS, ShadowSummary, check_fraction, verdict
-from .shadow_truth import a_classes, check_labels, class_labels, labels_of, truths
+from .shadow_truth import a_classes, check_labels, class_labels, labels_of, read_twice, truths
 
 
 # -- running --------------------------------------------------------------------------------
@@ -120,7 +125,7 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
     """Run ``records`` (``score_inputs.read_records``) through both runtimes into ``out`` (a path,
     ``"-"`` for ``stream``/stdout, or None: the summary only) and return the summary."""
     from .score import Summary, _append_to, _jsonable, _start_output, prepare_output
-    from .score_job import check_resume_options
+    from .score_job import check_output, check_resume_options, check_stream
 
     check_resume_options(resume, force, out)
     agree_at = check_fraction("agree_at", agree_at)     # NaN: every continuous figure "disagreed"
@@ -132,6 +137,12 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
     labels_a = labels_of(rt_a)
     unknown: dict = {}
     labelled = check_labels(source, labels_a, label_field, unknown=unknown)   # a label naming several: refused
+    if label_field != "label" and not labelled and not unknown.get("count") and source is not None \
+            and source.get("format") in ("csv", "jsonl") and read_twice(source):
+        # asked for by name, found nowhere: it ran unlabelled, no accuracy and no word of why, exit 0
+        raise InputError(f"--label-field {label_field}: no record of {source['path']} has a label there (a CSV "
+                         f"column or JSONL field of that name, with a value); name the label column or drop the "
+                         f"option", code=ec.INPUT_FIELD_MISSING)
     if unknown.get("count"):        # never silently unlabelled: a typo'd label column gave no accuracy at all
         summary.unknown_labels = (int(unknown["count"]), str(unknown["first"]))
     if labels_a is None and labelled:
@@ -139,6 +150,10 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
         summary.accuracy_note = (f"the input holds {labelled} labelled record{'s' if labelled > 1 else ''}, but A is "
                                  f"a {task} artifact: accuracy is measured for classifiers only (one class per "
                                  f"input), so none is reported")
+    elif labels_a is not None and source is not None and source.get("format") in ("csv", "jsonl") \
+            and not read_twice(source):
+        summary.accuracy_note = (f"the input {source['path']} is a pipe, read once by the run: its labels are not "
+                                 f"read, so no accuracy is measured (give a file for it)")
 
     labels_b = labels_of(rt_b)
     # B's labels reordered or extended: compared as A's classes; a detector's boxes and a segmenter's mask
@@ -155,6 +170,9 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
     if out is not None and str(out) != "-":
         out = Path(out)
         job = job_record(rt_a, rt_b, source, agree_at, label_field)
+        # the job record names A's artifact only: B's is checked as score checks its own (``-o B/manifest.json
+        # --force`` deleted B's manifest, exit 0), before anything is deleted or written
+        check_output(out, dict(job, artifact={"path": str(Path(rt_b.artifact.root).resolve())}))
         counted = Summary()
         skip = prepare_output(out, resume, force, counted, job)    # refuses a device, a folder, the input
         last_id, last_line = counted.last_id, counted.last_line
@@ -167,6 +185,7 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
         import sys
 
         fh = stream if stream is not None else sys.stdout.buffer
+        check_stream(fh, source)        # ``-o - >> IN``: each line read back as one more input, without end
     truth_of = labels()
     t0 = last_sync = last_flush = time.perf_counter()
     seen = 0

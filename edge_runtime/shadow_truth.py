@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+from . import error_codes as ec
 from .errors import InputError
 from .eval_labels import LabelIndex, ambiguous_label, is_classifier
 
@@ -185,15 +186,35 @@ def _label_values(source: dict | None, label_field: str) -> Iterator[tuple[str |
             head = rel.split("/")[0] if "/" in rel and rec.error is None else None
             yield head, f"{root}: folder {head!r}", True
         return
-    if source["format"] not in ("csv", "jsonl"):
+    if source["format"] not in ("csv", "jsonl") or not read_twice(source):
         return
     try:
-        stream = read_records(source["path"], source["format"], field=label_field)   # its values only
+        # its values only; the label column as the id too: an id column that is not the run's (``--id-field
+        # key`` while the header names ``id`` twice) must not refuse or drop the labels
+        stream = read_records(source["path"], source["format"], field=label_field, id_field=label_field)
         for rec in stream:
             raw = rec.value if rec.error is None else None
             yield (None if raw is None else str(raw).strip()), f"{source['path']} line {rec.line}", False
-    except InputError:      # no label column: unlabelled
-        return
+    except InputError as exc:
+        if exc.code != ec.INPUT_FIELD_MISSING:      # a header naming the label column twice: which is meant?
+            raise InputError(f"the labels of {source['path']} cannot be read (--label-field {label_field}): "
+                             f"{exc.message}", code=exc.code) from None
+        return      # no label column: unlabelled
+
+
+def read_twice(source: dict | None) -> bool:
+    """Whether the input can be read for its labels before the run reads it: a regular file or a folder.
+    A pipe or a FIFO (``cat in.csv | shadow A B /dev/stdin``) is read once, by the run: the labels' read
+    took the records after the CSV reader's first block (5000 piped, ~2200 compared, exit 0), or drained a
+    JSONL pipe before the run read it (``score_input_empty``, exit 2, on a full input)."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(source["path"]).st_mode if source is not None else 0
+    except OSError:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
 def _truth(raw: str, index: LabelIndex, labels: list[str], to_b, where: str, folder: bool) -> Truth | None:
