@@ -149,7 +149,8 @@ def score(rt, records, out, *, batch_size: int = 32, concurrency: int = 2, resum
     summary = Summary(batch_size=batch_size)
     if to_stream:
         skip = 0
-        check_stream(stream if stream is not None else _stdout(), getattr(records, "source", None))
+        check_stream(stream if stream is not None else _stdout(), getattr(records, "source", None),
+                     (rt.artifact.root,))
     else:
         out = Path(out)
         if job is None:

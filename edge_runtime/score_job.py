@@ -210,20 +210,36 @@ def _inside(path: Path, artifact: str | None, folder: str | None) -> str | None:
     return None
 
 
-def check_stream(stream, source: dict | None) -> None:
+def check_stream(stream, source: dict | None, artifacts=()) -> None:
     """Refuse (``input_invalid``, nothing written) a ``-o -`` whose stdout is the input file itself
     (``score IN -o - >> IN``): each line written would be read as one more input, a run without end
-    filling the disk. A stream with no descriptor (a test's buffer), or not a regular file, is fine."""
-    src = (source or {}).get("path")
-    if src is None:
-        return
+    filling the disk; or a file of an artifact run (``>> ART/manifest.json``: the model it runs, sealed,
+    changed under it). A stream with no descriptor (a test's buffer), or not a regular file, is fine."""
     try:
-        here, there = os.fstat(stream.fileno()), os.stat(src)
+        here = os.fstat(stream.fileno())
     except (AttributeError, OSError, ValueError):     # io.UnsupportedOperation is an OSError and a ValueError
         return
-    if stat.S_ISREG(here.st_mode) and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
+    if not stat.S_ISREG(here.st_mode):
+        return
+    src = (source or {}).get("path")
+    try:
+        there = os.stat(src) if src is not None else None
+    except OSError:
+        there = None
+    if there is not None and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
         raise InputError(f"stdout is the input {src} (-o - >> {src}?): every line written would be read as one more "
                          f"input; write to another file", code=ec.INPUT_INVALID, path=str(src))
+    for art in artifacts:
+        for root, _, names in os.walk(art):
+            for name in names:
+                try:
+                    st = os.stat(os.path.join(root, name))
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino):
+                    raise InputError(f"stdout is {os.path.join(root, name)}, a file of the artifact {art}: score "
+                                     "never writes in the model it runs; write to another file",
+                                     code=ec.INPUT_INVALID, path=str(art))
 
 
 def overwrite(out: Path, force: bool, job: dict | None = None) -> None:

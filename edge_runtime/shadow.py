@@ -185,7 +185,8 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
         import sys
 
         fh = stream if stream is not None else sys.stdout.buffer
-        check_stream(fh, source)        # ``-o - >> IN``: each line read back as one more input, without end
+        # ``-o - >> IN``: each line read back as one more input, without end; ``>> A/manifest.json``
+        check_stream(fh, source, (rt_a.artifact.root, rt_b.artifact.root))
     truth_of = labels()
     t0 = last_sync = last_flush = time.perf_counter()
     seen = 0

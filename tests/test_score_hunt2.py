@@ -230,6 +230,20 @@ def test_stdout_appended_to_the_input_is_refused_not_a_run_without_end(text_art,
     assert [g["id"] for g in strict_lines(tmp_path / "o.jsonl")] == [1, 2, 3]
 
 
+def test_stdout_appended_to_a_file_of_the_artifact_is_refused(text_art, tmp_path):
+    """``score ART IN -o - >> ART/manifest.json`` wrote the result lines into the sealed artifact it ran."""
+    src = tmp_path / "in.txt"
+    src.write_text("good\n")
+    target = text_art / "labels.txt"
+    before = target.read_bytes()
+    with open(target, "ab") as out:
+        res = subprocess.run([sys.executable, "-m", "edge_runtime", "score", str(text_art), str(src), "-o", "-",
+                              "--quiet"], stdout=out, stderr=subprocess.PIPE, timeout=60)
+    assert res.returncode == 2 and b"input_invalid" in res.stderr and b"a file of the artifact" in res.stderr, \
+        res.stderr
+    assert target.read_bytes() == before
+
+
 # -- 8. --field / --id-field where the input has no fields ---------------------------------------------------
 
 @pytest.mark.parametrize("flags", [["--field", "review"], ["--id-field", "id"]])
