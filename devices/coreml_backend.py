@@ -28,7 +28,18 @@ claims the Neural Engine ran.
 ``coremltools.models.MLModel`` does not raise where Core ML cannot load the
 package (not macOS, a specification newer than this macOS runs, a compile
 error): the session refuses it at load (``device_unavailable``) instead of a
-bare ``Exception`` from every ``predict``.
+bare ``Exception`` from every ``predict``. Where Core ML's loader raised for the
+units asked (not ``CPU_ONLY``) and the package loads with ``CPU_ONLY``, the
+session runs there, named ``coreml:cpu_only``, and says why (``fallback``: the
+runtime reports it; strict refuses it, ``device_fell_back``).
+
+The package's inputs are checked at load against the tensors the task feeds (a
+``ct.ImageType`` input is refused, ``input_contract_mismatch``); an output is
+cast to the manifest's dtype only where that keeps its values.
+
+The ``compute_units`` option reaches the session, not ``assess`` (which sees the
+device string only): ``device_for`` names the sub-device the options make, for a
+runtime that assesses the options it opens with.
 """
 
 from __future__ import annotations
@@ -96,8 +107,18 @@ class CoremlSession(DeviceSession):
     def __init__(self, package: Path, bucket: dict, units: str, module, device: str):
         super().__init__(bucket, device)
         self.compute_units = units
-        self._model = module.models.MLModel(str(package), compute_units=getattr(module.ComputeUnit, units))
+        self._model = _load(module, package, units)
         unusable = _not_loaded(self._model)
+        if unusable and units != "CPU_ONLY" and getattr(self._model, "_framework_error", None) is not None:
+            # Core ML refused the package with these compute units (its loader raised: the unit cannot
+            # compile it here); the CPU takes every op. Said as a fallback: the runtime reports it, and
+            # refuses it under strict (device_fell_back), never a session named for units it lacks
+            retry = _load(module, package, "CPU_ONLY")
+            if _not_loaded(retry) is None:
+                self.fallback = (f"Core ML could not load {package.name} with compute units {units} "
+                                 f"({unusable}); it runs with CPU_ONLY")
+                self._model, self.compute_units, unusable = retry, "CPU_ONLY", None
+                self.device = f"{device.rpartition(':')[0]}:cpu_only"
         if unusable:
             self._model = None
             raise DeviceError(f"Core ML cannot run {package.name} here: {unusable}", code=ec.DEVICE_UNAVAILABLE)
@@ -106,6 +127,11 @@ class CoremlSession(DeviceSession):
                     for t in bucket["inputs"]}
         # contract name -> the package's feature name, where Core ML needed another (an identifier)
         self._names = dict(bucket.get("tensor_names") or {})
+        try:
+            check_inputs(self._model, bucket, self._names, bucket.get("package") or package.name)
+        except BaseException:
+            self._model = None
+            raise
         self._lock = threading.Lock()
 
     def _run(self, feeds, cancel):
@@ -123,7 +149,7 @@ class CoremlSession(DeviceSession):
             key = self._names.get(t["name"], t["name"])
             if key not in out:
                 raise ValueError(f"Core ML model returned no {key!r} (has {sorted(out)})")
-            arr = np.asarray(out[key]).astype(t["dtype"], copy=False)
+            arr = _as_manifest(np.asarray(out[key]), np.dtype(t["dtype"]), t["name"])
             if list(arr.shape) != list(t["shape"]):
                 raise ValueError(f"output {t['name']!r} has shape {list(arr.shape)}, the manifest {t['shape']}")
             result[t["name"]] = arr
@@ -135,6 +161,56 @@ class CoremlSession(DeviceSession):
 
     def _release(self) -> None:
         self._model = None
+
+
+def _as_manifest(arr: np.ndarray, want: np.dtype, name: str) -> np.ndarray:
+    """``arr`` as the manifest's dtype where that keeps its values: a wider type, float to float, an
+    integer in range. Floats where the manifest says integers (or integers where it says floats) are
+    another model's outputs: a cast would truncate them into plausible codes (``ValueError``)."""
+    if arr.dtype == want or arr.dtype.kind == want.kind == "f":
+        return arr.astype(want, copy=False)
+    if arr.dtype.kind in "iu" and want.kind in "iu":
+        if np.can_cast(arr.dtype, want, "safe"):
+            return arr.astype(want)
+        info = np.iinfo(want)
+        if not arr.size or (int(arr.min()) >= info.min and int(arr.max()) <= info.max):
+            return arr.astype(want)
+        raise ValueError(f"output {name!r} has values outside {want}, the manifest's dtype")
+    raise ValueError(f"output {name!r} is {arr.dtype} from Core ML, the manifest's is {want}: a cast would "
+                     "change what its values mean")
+
+
+def _load(module, package: Path, units: str):
+    return module.models.MLModel(str(package), compute_units=getattr(module.ComputeUnit, units))
+
+
+def check_inputs(model, bucket: dict, names: dict, package: str) -> None:
+    """The package's inputs must be the tensors the task feeds: a multi-array under each contract
+    name (or its ``tensor_names`` identifier), of the manifest's shape. An image-typed input
+    (``ct.ImageType``) applies its own scale, bias and colour layout to what it is given, and a
+    tensor the task already normalised is not an image: refused (``ArtifactError``), never run."""
+    try:
+        spec = model.get_spec()
+        got = {f.name: f for f in spec.description.input}
+    except Exception as exc:
+        raise ArtifactError(f"the package's inputs cannot be read ({type(exc).__name__}: {str(exc)[:200]})",
+                            file=package, code=ec.INPUT_CONTRACT_MISMATCH) from None
+    want = {names.get(t["name"], t["name"]): t for t in bucket["inputs"]}
+    if set(got) != set(want):
+        raise ArtifactError(f"package inputs {sorted(got)} are not the manifest's {sorted(want)}", file=package,
+                            code=ec.INPUT_CONTRACT_MISMATCH)
+    for key, t in want.items():
+        kind = got[key].type.WhichOneof("Type")
+        if kind != "multiArrayType":
+            raise ArtifactError(f"package input {key!r} is a Core ML {kind or 'untyped feature'}, not a multi-array: "
+                                f"the task feeds it a {t['dtype']} tensor {t['shape']} (a Core ML image input "
+                                "rescales and reorders what it is given)", file=package,
+                                code=ec.INPUT_CONTRACT_MISMATCH)
+        arr = got[key].type.multiArrayType
+        shape = [int(d) for d in arr.shape]
+        if arr.WhichOneof("ShapeFlexibility") is None and shape and shape != [int(d) for d in t["shape"]]:
+            raise ArtifactError(f"package input {key!r} has shape {shape}, the manifest {t['shape']}", file=package,
+                                code=ec.INPUT_CONTRACT_MISMATCH)
 
 
 def _not_loaded(model) -> str | None:
@@ -187,14 +263,24 @@ class CoremlBackend(DeviceBackend):
         units = sub or "auto"     # ALL or the compute_units option: Core ML places ops
         asked = (sub or "all").upper()
         device = f"{self.name}:{units}"
+        # assessed from the device string only: a compute_units option is read when the session opens
+        # (its device, coreml:cpu_only, and allowed_units say what it allows); the reason says so
+        unless = "" if sub else "; unless the compute_units option sets other units: the session's device names them"
         if facts["apple_silicon"]:
             if asked == "CPU_ONLY":
                 return Suitability("cpu", device, "Core ML on Apple Silicon, CPU only (compute units CPU_ONLY)")
             return Suitability("accelerator", device, f"Core ML on Apple Silicon: {ALLOWED[asked]} (compute units "
-                               f"{asked}; Core ML places each op and does not report which unit ran it)")
+                               f"{asked}; Core ML places each op and does not report which unit ran it{unless})")
         units_here = {"CPU_AND_NE": "CPU only (no Neural Engine)", "CPU_ONLY": "CPU only"}.get(asked, "CPU and GPU")
         return Suitability("cpu", device, f"Core ML on an Intel Mac: {units_here}, no Neural Engine "
-                                          f"(compute units {asked})")
+                                          f"(compute units {asked}{unless})")
+
+    def device_for(self, sub, options) -> str | None:
+        """The sub-device ``options`` make of ``sub`` (``compute_units=CPU_ONLY`` → ``cpu_only``; None:
+        the default ALL). ``suitability`` sees the device string only: the runtime must assess this
+        sub-device, not ``sub``, for its tier and reason to be the compute units that run."""
+        units = compute_units(sub, options)
+        return None if units == "ALL" and sub in (None, "", "auto") else units.lower()
 
     def open(self, model_path, bucket, sub, options):
         units = compute_units(sub, options)

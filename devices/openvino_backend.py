@@ -36,8 +36,8 @@ import numpy as np
 from .base import (Capabilities, DeviceBackend, DeviceSession, Option, Pool, Suitability, cache_options, check_io,
                    threads_option, writable_dir)
 # one Core per process, the fork refusal, the cache dir and the precision choice: openvino_core
-from .openvino_core import (_DEVICES, PRECISIONS, _mark_compiling, _ov, _refuse_forked_child, cache_dir,
-                            choose_precision, core, precision_candidates)
+from .openvino_core import (_DEVICES, PRECISIONS, _mark_compiling, _ov, _refuse_forked_child, auto_candidates,
+                            auto_device, cache_dir, choose_precision, core, execution_devices, precision_candidates)
 from .session import SessionClosed
 
 log = logging.getLogger("edge_runtime.openvino")
@@ -117,12 +117,14 @@ class OpenVinoSession(DeviceSession):
         self._copy_in = sum(int(np.prod(t["shape"])) * np.dtype(t["dtype"]).itemsize
                             for t in bucket["inputs"]) <= COPY_IN_MAX_BYTES
         self._pool = Pool(self._new_request, options.get("max_requests", 8))
-        try:
-            executed = list(self._compiled.get_property("EXECUTION_DEVICES"))
-        except Exception:
-            executed = [ov_device]
-        self.executed_on = executed
-        self.device = "openvino:" + (executed[0].lower() if ov_device == "AUTO" and executed else device)
+        self.executed_on = execution_devices(self._compiled, ov_device)
+        self.auto_candidates: list[str] | None = None
+        self._tp_device = ov_device         # where infer_batch's THROUGHPUT model is compiled
+        if ov_device == "AUTO":
+            self.auto_candidates = auto_candidates(self._compiled)
+            self.device = "openvino:" + auto_device(self.executed_on, self.auto_candidates)
+            if self.device == "openvino:cpu":
+                self._tp_device = "CPU"     # AUTO chose the CPU: the batch model runs where infer() does
         self._tp: list | None = None   # (compiled THROUGHPUT model, AsyncInferQueue), made on first run_many
         self._tp_lock = threading.Lock()
 
@@ -191,7 +193,7 @@ class OpenVinoSession(DeviceSession):
                 if self._closed:        # closed since run_many's check: its model is gone
                     raise SessionClosed("session is closed")
                 ov = _ov()
-                compiled = core().compile_model(self._model, self._ov_device,
+                compiled = core().compile_model(self._model, self._tp_device,
                                                 {**self._config, "PERFORMANCE_HINT": "THROUGHPUT"})
                 # twice the plugin's optimum by default: a request already waiting in the plugin keeps a
                 # stream busy while the thread that feeds the queue waits for the GIL, which another
@@ -269,7 +271,7 @@ class OpenVinoSession(DeviceSession):
                 pass
         tp[1] = _ov().AsyncInferQueue(tp[0], tp[3])
 
-    def _ran(self, name: str):
+    def _ran(self, name: str, devices: list[str] | None = None):
         """A property of what runs, read back (None when unreadable): the compiled model's own, else
         (AUTO exposes none of its devices' properties itself) the execution device's, from its
         DEVICE_PROPERTIES."""
@@ -279,7 +281,8 @@ class OpenVinoSession(DeviceSession):
             pass
         try:
             props = self._compiled.get_property("DEVICE_PROPERTIES")
-            for dev in self.executed_on or []:
+            for dev in (self.executed_on if devices is None else devices) or []:
+                dev = dev.strip("()")       # AUTO's CPU helper reads "(CPU)"
                 for key in (dev, dev.split(".")[0]):
                     if key in props and name in props[key]:
                         return props[key][name]
@@ -288,11 +291,18 @@ class OpenVinoSession(DeviceSession):
         return None
 
     def info(self) -> dict:
-        ran = self._ran("INFERENCE_PRECISION_HINT")
-        threads = self._ran("INFERENCE_NUM_THREADS")
+        auto, now = {}, None
+        if self._ov_device == "AUTO" and self._compiled is not None:
+            # AUTO may switch after load (its CPU helper answers while the chosen device compiles): read
+            # again here, never per call; the session's device names every device it may run on
+            now = execution_devices(self._compiled, self._ov_device)
+            auto = {"auto_candidates": self.auto_candidates, "execution_devices_now": now}
+        ran = self._ran("INFERENCE_PRECISION_HINT", now)
+        threads = self._ran("INFERENCE_NUM_THREADS", now)
         return {
             "openvino_device": self._ov_device,
-            "execution_devices": self.executed_on,
+            "execution_devices": self.executed_on,      # at load
+            **auto,
             "precision": "unknown" if ran is None else str(ran).replace("<Type: '", "").replace("'>", ""),
             "threads": threads if isinstance(threads, int) else None,       # INFERENCE_NUM_THREADS, read back
             "precision_requested": self.precision,

@@ -97,3 +97,42 @@ def precision_candidates() -> list[dict]:
     except Exception:
         caps = set()
     return [{"precision": "f32"}] + ([{"precision": "bf16"}] if "BF16" in caps else [])
+
+
+# -- AUTO: where a compiled model runs ------------------------------------------------
+def execution_devices(compiled, default: str) -> list[str]:
+    """EXECUTION_DEVICES of ``compiled``, read now (``[default]`` where unreadable)."""
+    try:
+        return [str(d) for d in compiled.get_property("EXECUTION_DEVICES")]
+    except Exception:
+        return [default]
+
+
+def auto_candidates(compiled) -> list[str]:
+    """The devices an AUTO model may run on: its MULTI_DEVICE_PRIORITIES, else the devices present."""
+    try:
+        found = str(compiled.get_property("MULTI_DEVICE_PRIORITIES"))
+    except Exception:
+        found = ""
+    if not found.strip():
+        try:
+            found = ",".join(core().available_devices)
+        except Exception:
+            found = ""
+    return [d.strip() for d in found.split(",") if d.strip()]
+
+
+def auto_device(executed: list[str], candidates: list[str]) -> str:
+    """The device an AUTO session names: ``cpu`` where AUTO chose the CPU (EXECUTION_DEVICES ``CPU``:
+    nothing to switch to), else ``auto:`` and every device it may run on (``auto:gpu,cpu``). AUTO runs
+    on its CPU helper (``(CPU)``) until the device it chose has compiled, then switches, and retries a
+    request that failed there on the next candidate; the session is read once at load and a result
+    names its device without a per-call read, so no result is said to have run on one of them."""
+    if [d.upper() for d in executed] == ["CPU"]:
+        return "cpu"
+    names = [c.lower() for c in candidates]
+    for d in executed:
+        d = d.strip("()").lower()
+        if d not in ("", "auto") and d not in names and d.split(".")[0] not in names:
+            names.append(d)
+    return "auto:" + ",".join(dict.fromkeys(names)) if names else "auto"
