@@ -22,7 +22,7 @@ from . import error_codes as ec
 from . import hardware as hw
 from . import tune_cache
 from .artifact import BackgroundVerify, load_artifact, variant_files, verify_files
-from .errors import ArtifactError, DeviceError, EdgeRuntimeError, InputError
+from .errors import DeviceError, EdgeRuntimeError
 from .limits import DEFAULT_LIMITS, Limits
 from .measured_here import isa_note, tuned_summary
 from .metrics import RuntimeMetrics
@@ -31,6 +31,7 @@ from .runtime_call import CallPath, has_non_finite  # noqa: F401 (has_non_finite
 from .runtime_fork import track
 from .selection import choose, session_fallback
 from .runtime_options import device_options_for, quota_threads
+from .runtime_tuned import not_applied, tuned_entry
 from .threads_fit import fit_threads
 
 log = logging.getLogger("edge_runtime")
@@ -51,9 +52,27 @@ def load(path, device: str = "auto", *, strict: bool = False, target: str | None
     (``edge_runtime.tune``) picks the path; ``tune=True`` measures one first when
     there is none; ``tuned_for`` is ``"latency"`` (``infer``) or ``"throughput"``.
     """
-    return Runtime(path, device=device, strict=strict, target=target, limits=limits,
-                   device_options=device_options, warmup=warmup, hardware=hardware, workers=workers,
-                   isolate=isolate, verify=verify, tune=tune, tuned_for=tuned_for)
+    failed: dict[tuple[str, str], str] = {}
+    first: DeviceError | None = None
+    while True:
+        try:
+            return Runtime(path, device=device, strict=strict, target=target, limits=limits,
+                           device_options=device_options, warmup=warmup, hardware=hardware, workers=workers,
+                           isolate=isolate, verify=verify, tune=tune, tuned_for=tuned_for, failed=failed)
+        except DeviceError as exc:
+            # the chosen path would not load or warm up here (a package the Core ML loader refuses, a
+            # delegate that cannot open its device): without strict, the next candidate, said as a
+            # fallback, as when a backend falls back by itself; strict, or nothing left: the first error
+            pair = getattr(exc, "failed_path", None)
+            if first is None:
+                first = exc
+            if strict or pair is None or pair in failed or len(failed) >= 16:
+                raise first from None
+            failed[pair] = f"{pair[1]} for {pair[0]}: {exc.message}"
+        except EdgeRuntimeError:
+            if first is not None:   # the next candidate refused otherwise (a device option only the first takes)
+                raise first from None
+            raise
 
 
 class Runtime(CallPath):
@@ -62,14 +81,15 @@ class Runtime(CallPath):
 
     def __init__(self, path, *, device="auto", strict=False, target=None, limits=None, device_options=None,
                  warmup=True, hardware=None, workers=4, isolate=False, verify=False, tune=False,
-                 tuned_for="latency"):
+                 tuned_for="latency", failed=None):
         t0 = time.perf_counter()
         self.artifact = load_artifact(path, verify=False)
         man = self.artifact.manifest
         self.hardware = hardware if hardware is not None else hw.detect_cached()
-        self.tuned = self._tuned(path, device, tune, tuned_for, limits, workers, isolate)
+        self.tuned, self.tune_lookup_ms = tuned_entry(self.artifact, self.hardware, path, device, tune, tuned_for,
+                                                      {"limits": limits, "workers": workers, "isolate": isolate})
         self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target,
-                             measured=tune_cache.measured_choice(self.tuned, tuned_for))
+                             measured=tune_cache.measured_choice(self.tuned, tuned_for), failed=failed)
         self.tune_not_applied: str | None = None
         if self.choice.decided_by == "measurement" and self.tuned is not None:
             # a tune never turns a load that worked into an error: options of the caller's that the
@@ -77,8 +97,9 @@ class Runtime(CallPath):
             # the static policy for this load, as before the tune, and info()["tuned"] says why
             refused = tune_cache.options_refused(self.choice.backend_name, device_options)
             if refused is not None:
-                self.tune_not_applied = self._not_applied(tuned_for, device_options, refused)
-                self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target)
+                self.tune_not_applied = not_applied(self.tuned, tuned_for, device_options, refused)
+                self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target,
+                                     failed=failed)
         # the measured path runs with the options it was measured with, under the caller's own keys
         # ({} from a CLI without --device-option, or Ray's threads, kept the measured precision out)
         if self.choice.decided_by == "measurement" and self.tuned is not None:
@@ -89,6 +110,9 @@ class Runtime(CallPath):
                 # OpenVINO precision chosen by tune read "requested", as if the caller had asked for it)
                 tuned_opts["why"] = f"measured here by tune: {decided['why']}"
             device_options = {**tuned_opts, **(device_options or {})} or None
+        if failed:      # load() is trying the next candidate: the ones that failed here say why
+            self.choice = self.choice.replace(fallback="; ".join(
+                [f"{w}; tried the next candidate" for w in failed.values()] + [self.choice.fallback or ""]).strip("; "))
         backend = registry.get_backend(self.choice.backend_name)
         # validated before anything is read or built: the caller's options (an unknown key or a bad
         # value is an InputError naming the valid ones) over the ones the converter measured and recorded
@@ -140,8 +164,9 @@ class Runtime(CallPath):
                                       code=ec.DEVICE_LOAD_FAILED) from exc
                 self._sessions.append(sess)
             dropped = session_fallback(self.choice, self._sessions, strict)   # DeviceError under strict
-        except BaseException:
+        except BaseException as exc:
             self._close_sessions()
+            self._mark_failed_path(exc)
             raise
         # how each bucket's session is driven, read once: (inline, cancellable) per bucket
         self.capabilities = [s.capabilities for s in self._sessions]
@@ -188,8 +213,9 @@ class Runtime(CallPath):
                         self._batched = all(c.batched for c in self.capabilities)
                 self._metrics.reset()       # the warm-up call is not traffic
             self.other_files_verify_ms = rest.wait()     # ArtifactError if another variant is corrupt
-        except BaseException:
+        except BaseException as exc:
             self.close()
+            self._mark_failed_path(exc)
             raise
         # every file of the artifact is now hashed: the chosen variant's before it loaded, the rest meanwhile
         self.artifact = self.artifact.replace(verified=True, verify_ms=self.verify_ms)
@@ -199,39 +225,12 @@ class Runtime(CallPath):
             self._verify_here()
         self.load_ms = (time.perf_counter() - t0) * 1000
 
-    def _tuned(self, path, device, tune, tuned_for, limits, workers, isolate) -> dict | None:
-        """The cached tune decision for ``auto`` (measured now when ``tune`` and there is none)."""
-        if tuned_for not in tune_cache.PURPOSES:
-            raise InputError(f"tuned_for must be one of {', '.join(tune_cache.PURPOSES)}, got {tuned_for!r}",
-                             code=ec.INPUT_INVALID)
-        if device not in (None, "auto"):
-            return None
-        t = time.perf_counter()
-        entry = tune_cache.lookup(self.artifact.manifest.get("manifest_sha256"), self.hardware)
-        if entry is None and tune:
-            from . import tune as tuning      # the measurement: only when one is asked for
-
-            try:
-                entry = tuning.tune(path, hardware=self.hardware, load_kw={"limits": limits, "workers": workers,
-                                                                            "isolate": isolate})
-            except ArtifactError as exc:
-                if exc.code != ec.PROBE_MISSING:
-                    raise
-                # nothing to measure with (an imported artifact): auto keeps the static policy
-                log.warning("%s: tune=True measured nothing: %s; device auto keeps the static policy",
-                            self.artifact.root, exc.message)
-        self.tune_lookup_ms = (time.perf_counter() - t) * 1000
-        if entry is not None and not entry.get("decision"):
-            log.warning("%s: tune found no path within the parity budget here (%s); device auto keeps the static "
-                        "policy, measured as the others", self.artifact.root, tune_cache.rows_text(entry))
-        return entry
-
-    def _not_applied(self, tuned_for: str, device_options: dict | None, refused: str) -> str:
-        """Why this load keeps the static policy over the measured path (``info()["tuned"]["not_applied"]``)."""
-        d = self.tuned["decision"][tuned_for] if self.tuned else {}
-        return (f"the tune decision ({tuned_for}: {d.get('target')} on {d.get('backend')}) is not used for this "
-                f"load: the device options asked for ({', '.join(sorted(map(str, device_options or {})))}) are not "
-                f"all accepted by {d.get('backend')} ({refused}); the static policy decides, as without a tune")
+    def _mark_failed_path(self, exc: BaseException) -> None:
+        """A device's failure to load or warm up names the path that failed (``load`` tries the next)."""
+        # not a fallback after loading (strict's refusal), nor a backend broken in this process (OpenVINO in
+        # a child forked after it compiled: the way out is spawn, said by the error, never another backend)
+        if isinstance(exc, DeviceError) and exc.code not in (ec.DEVICE_FELL_BACK, ec.DEVICE_BACKEND_BROKEN):
+            exc.failed_path = (self.variant.target, self.choice.backend_name)  # type: ignore[attr-defined]
 
     def _verify_here(self) -> None:
         from .verify import refuse, verify_runtime

@@ -26,7 +26,7 @@ initialise) is a fallback too: reported, or under ``strict`` a ``DeviceError``.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from edge_runtime.devices import registry
 from edge_runtime.devices.base import Suitability
@@ -210,8 +210,15 @@ def _in_policy_order(rows: list[dict]) -> list[dict]:
 
 
 def choose(variants: Sequence[dict], hardware: dict, device: str = "auto", strict: bool = False,
-           target: str | None = None, measured: Measured | None = None) -> Choice:
+           target: str | None = None, measured: Measured | None = None,
+           failed: Mapping[tuple[str, str], str] | None = None) -> Choice:
+    """The (variant, backend) to load. ``failed``: (target, backend) → why it failed to load here in
+    this ``load()`` (``load`` retries the next candidate): that row cannot run, with the reason."""
     rows = rank(variants, hardware, device, target)
+    for r in rows:
+        why = (failed or {}).get((r["variant"]["target"], r["backend"]))
+        if why is not None:
+            r["suitability"] = Suitability(None, r["suitability"].device, f"failed to load here: {why}")
     want_backend, _ = parse_device(device)
     fallback = None
     if want_backend is not None:

@@ -135,8 +135,10 @@ def test_a_tune_runs_when_the_cached_path_no_longer_loads(make_artifact, timed_b
     art = make_artifact("image-classification", probe=6)
     assert tune.tune(art, rounds=1, batch=False)["decision"]["latency"]["backend"] == "fake-tc-a"
     FastA.FAIL_LOAD = True
-    with pytest.raises(DeviceError):                  # auto follows the cache into the broken path
-        er.load(art)
+    with er.load(art) as rt:        # auto follows the cache into the broken path, then the next candidate, said
+        assert rt.choice.backend_name != "fake-tc-a" and "fake-tc-a" in rt.info()["fallback"]
+    with pytest.raises(DeviceError):                  # strict: the broken path's own error
+        er.load(art, strict=True)
     again = tune.tune(art, rounds=1, batch=False)
     rows = {r["backend"]: r for r in again["rows"]}
     assert "error" in rows["fake-tc-a"] and again["decision"]["latency"]["backend"] in ("fake", "fake-tc-b")
