@@ -21,8 +21,14 @@ def tuned_summary(entry: dict | None, choice) -> dict | None:
     return {"decided_by": choice.decided_by, "static": entry.get("static"), "decision": entry.get("decision"),
             "measured": [{k: r.get(k) for k in ("target", "backend", "device_options", "metric", "value", "budget",
                                                 "passed", "latency_ms_median", "batch_items_per_s")
-                          if k in r} | ({"error": r["error"]["code"]} if "error" in r else {}) for r in rows],
+                          if k in r} | ({"error": _error_code(r["error"])} if r.get("error") else {}) for r in rows],
             "created": entry.get("created"), "cache_file": entry.get("cache_file")}
+
+
+def _error_code(err) -> str | None:
+    """A measured row's error code: tune writes the error's dict, and the cache check also takes a
+    code string (before, ``info()`` failed with a TypeError on one)."""
+    return err if isinstance(err, str) else err.get("code") if isinstance(err, dict) else None
 
 
 def isa_note(manifest, hardware, device: str, target: str | None = None, device_options: dict | None = None) -> dict:

@@ -41,9 +41,24 @@ def cache_root() -> Path:
     return Path(base) / "edge-runtime"
 
 
+# what an entry means: bumped when the figures or the decision a version writes change meaning
+CACHE_FORMAT = 2
+
+
 def cache_key(seal: str, hw, versions: dict | None = None) -> dict:
+    """The key of one entry. Besides the seal, the machine and the backend packages, the
+    edge-runtime version and the cache format: the backends' own code (options, thread sizing,
+    pre-processing) is edge-runtime's, and a decision an older version measured was read as valid
+    by a newer one (the key named only the backend packages); and ``$EDGE_RUNTIME_THREADS``."""
+    import edge_runtime
+
     versions = host.backend_versions() if versions is None else versions
-    parts = {"seal": seal, "hardware": host.fingerprint(hw), "backends": dict(sorted(versions.items()))}
+    parts = {"seal": seal, "hardware": host.fingerprint(hw), "backends": dict(sorted(versions.items())),
+             "runtime": str(getattr(edge_runtime, "__version__", "?")), "format": CACHE_FORMAT}
+    # the thread count every backend's ``threads`` option takes from the environment: a decision
+    # measured (and whose options were resolved) with one count is not one for another
+    if os.environ.get("EDGE_RUNTIME_THREADS"):
+        parts["threads_env"] = os.environ["EDGE_RUNTIME_THREADS"]
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
     return {"digest": digest, **parts}
 
@@ -195,9 +210,22 @@ def measured_choice(entry: dict | None, purpose: str = "latency"):
         for row in usable:
             if (row["variant"]["target"], row["backend"]) == (decision["target"], decision["backend"]):
                 return row, decision["why"]
-        return None      # that path cannot run here any more: the policy decides
+        # that path cannot run here any more (its backend gone, or unsuitable now): the policy decides,
+        # and says so (before, the load silently ran the static path with decided_by "policy"). Not
+        # when the rows are of one other variant: that is a load's target= (the decision is not for it)
+        targets = {r["variant"]["target"] for r in usable}
+        if decision["target"] in targets or len(targets) > 1:
+            _warn_once(f"the tune decision ({purpose}: {decision['target']} on {decision['backend']}) cannot run here "
+                       f"any more (not among the usable paths: {', '.join(_usable_names(usable)) or 'none'}); the "
+                       "static policy decides; run edge-infer tune again")
+        return None
 
     return pick
+
+
+def _usable_names(usable: list) -> list[str]:
+    return [f"{r['variant']['target']} on {r['backend']}" for r in usable
+            if isinstance(r, dict) and isinstance(r.get("variant"), dict)]
 
 
 # -- what verify found here (the ISA note at load says whether one ran) ------------

@@ -107,10 +107,16 @@ def _recorded(variant, options: dict):
     one per option set measured (OpenVINO's f32 and bf16 hints), ``parity.value`` is the kept one's.
     A ``verify --all`` row of the other hint showed the kept hint's figure as its own "recorded"."""
     trials = variant.get("runtime_trials")
-    for t in trials if isinstance(trials, (list, tuple)) else ():
-        opts, value = (t.get("options"), t.get("parity")) if isinstance(t, Mapping) else (None, None)
-        if isinstance(opts, Mapping) and isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and same_options(dict(opts), options):
+    trials = [t for t in (trials if isinstance(trials, (list, tuple)) else ()) if isinstance(t, Mapping)
+              and isinstance(t.get("options"), Mapping)]
+    # compared on the options the trials vary (precision), not on the others a load adds: a cgroup
+    # quota's threads, $EDGE_RUNTIME_THREADS, a caller's max_requests made every trial differ and the
+    # bf16 row of ``verify --all`` showed the kept f32 hint's figure as its own "recorded"
+    dims = {k for t in trials for k in t["options"]}
+    here = {k: v for k, v in options.items() if k in dims}
+    for t in trials:
+        value = t.get("parity")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and same_options(dict(t["options"]), here):
             return value
     return variant.parity.get("value")
 
@@ -159,6 +165,8 @@ def holds(figures: dict, budget: float | None) -> bool:
     value = figures.get("value")
     if value is None or budget is None:
         return False
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False        # a NaN or infinite figure holds nothing (NaN crashed a share; inf passed any budget)
     if value >= budget:
         return True
     share = _share(figures) if figures.get("metric") in PER_SAMPLE_SHARES else None
