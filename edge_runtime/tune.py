@@ -96,19 +96,33 @@ def tune(path, *, hardware=None, rounds: int = 3, batch: bool = True, progress=l
         rows.append(row)
         live.append((row, rt, []))
     try:
+        out: set[int] = set()      # candidates whose timing call failed: out of the measurement, said in their row
         for r in range(rounds):
             order = live[r % len(live):] + live[:r % len(live)] if live else []
             for row, rt, lat in order:
-                for raw in probe.inputs:
-                    t = time.perf_counter()
-                    rt.infer(raw)
-                    lat.append((time.perf_counter() - t) * 1000)
+                if id(row) in out:
+                    continue
+                try:
+                    for raw in probe.inputs:
+                        t = time.perf_counter()
+                        rt.infer(raw)
+                        lat.append((time.perf_counter() - t) * 1000)
+                except EdgeRuntimeError as exc:
+                    # one candidate's failure (a device fault, a timeout) ended the whole tune: now that
+                    # candidate is out, with its error, and the others are measured
+                    row.update(error=exc.to_dict(), passed=False)
+                    out.add(id(row))
         for row, rt, lat in live:
+            if id(row) in out:
+                continue
             row["latency_ms_median"] = round(float(np.median(lat)), 3)
             row["latency_ms_p90"] = round(float(np.percentile(lat, 90)), 3)
             row["calls"] = len(lat)
             if batch and len(probe.inputs) > 1:
-                row["batch_items_per_s"] = _throughput(rt, probe.inputs)
+                try:
+                    row["batch_items_per_s"] = _throughput(rt, probe.inputs)
+                except EdgeRuntimeError as exc:     # its latency stands; no throughput figure to choose it by
+                    row["batch_error"] = exc.to_dict()
     finally:
         for _, rt, _ in live:
             rt.close()
@@ -134,10 +148,17 @@ def tune(path, *, hardware=None, rounds: int = 3, batch: bool = True, progress=l
 
 
 def _throughput(rt, inputs: list) -> float:
+    """Items per second of one ``infer_batch`` over the probe inputs; an item that failed is this path's
+    failure (``infer_batch`` returns errors in place: counted as items, a path failing every one was the
+    fastest), raised."""
     rt.warm_batch()
     t = time.perf_counter()
-    rt.infer_batch(list(inputs))
-    return round(len(inputs) / (time.perf_counter() - t), 2)
+    results = rt.infer_batch(list(inputs))
+    elapsed = time.perf_counter() - t
+    failed = next((r for r in results if isinstance(r, BaseException)), None)
+    if failed is not None:
+        raise failed
+    return round(len(inputs) / elapsed, 2)
 
 
 def _best(rows: list[dict], purpose: str) -> dict | None:
@@ -152,11 +173,16 @@ def _best(rows: list[dict], purpose: str) -> dict | None:
 def _why(best: dict, rows: list[dict], purpose: str) -> str:
     field, unit = ("latency_ms_median", "ms") if purpose == "latency" else ("batch_items_per_s", "items/s")
     shown = "; ".join(f"{r['target']} on {r['backend']}{_opts(r)}: "
-                      + (f"{r[field]} {unit}, {r.get('metric', 'parity')} {r['value']:.4f}"
+                      + (f"failed ({_code(r['error'])})" if "error" in r else     # first: a row timed, then failed
+                         f"{r[field]} {unit}, {r.get('metric', 'parity')} {r['value']:.4f}"
                          + (", under budget" if r.get("passed") is False else "")
                          if field in r and r.get("value") is not None else
-                         f"failed ({r['error']['code']})" if "error" in r else
                          f"under budget ({r.get('value')})")
                       for r in rows)
     return f"measured here, the {'fastest' if purpose == 'latency' else 'highest throughput'} within the parity " \
            f"budget (every candidate: {shown})"
+
+
+def _code(error) -> str:
+    """A row's error code (a dict from ``to_dict()``, or a code string in an older cache entry)."""
+    return error.get("code") if isinstance(error, dict) else str(error)
