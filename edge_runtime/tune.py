@@ -162,7 +162,13 @@ def _throughput(rt, inputs: list) -> float:
 
 
 def _best(rows: list[dict], purpose: str) -> dict | None:
-    ok = [r for r in rows if r.get("passed") is not False and "error" not in r]
+    """The fastest (or highest-throughput) row that meets the budget; where no row has a budget to meet
+    (an artifact without one), the fastest of those. A row whose probes compared nothing against a
+    recorded budget (``not_judged``: a detector with no box either side) has unknown parity here and
+    is never chosen (it was, with a reason saying "within the parity budget")."""
+    ok = [r for r in rows if r.get("passed") is not False and "error" not in r and not r.get("not_judged")]
+    if any(r.get("passed") is True for r in ok):
+        ok = [r for r in ok if r.get("passed") is True]
     if purpose == "latency":
         ok = [r for r in ok if "latency_ms_median" in r]
         return min(ok, key=lambda r: r["latency_ms_median"], default=None)
@@ -177,10 +183,12 @@ def _why(best: dict, rows: list[dict], purpose: str) -> str:
                          f"{r[field]} {unit}, {r.get('metric', 'parity')} {r['value']:.4f}"
                          + (", under budget" if r.get("passed") is False else "")
                          if field in r and r.get("value") is not None else
+                         "not judged (its probes compared nothing)" if r.get("not_judged") else
                          f"under budget ({r.get('value')})")
                       for r in rows)
-    return f"measured here, the {'fastest' if purpose == 'latency' else 'highest throughput'} within the parity " \
-           f"budget (every candidate: {shown})"
+    within = "within the parity budget" if best.get("passed") is True else "with no parity budget recorded to meet"
+    return f"measured here, the {'fastest' if purpose == 'latency' else 'highest throughput'} {within} " \
+           f"(every candidate: {shown})"
 
 
 def _code(error) -> str:

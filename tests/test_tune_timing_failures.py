@@ -85,3 +85,27 @@ def test_a_batch_whose_items_fail_is_no_throughput_figure(make_artifact, flaky, 
     assert "batch_items_per_s" not in rows["fake-flaky"] and "batch_error" in rows["fake-flaky"]
     assert entry["decision"]["latency"]["backend"] == "fake-flaky"        # its latency stands
     assert entry["decision"]["throughput"]["backend"] == "fake"
+
+
+def _row(backend, ms, passed, **kw):
+    return {"target": "t", "backend": backend, "device_options": {}, "latency_ms_median": ms, "passed": passed,
+            "metric": "f1", "value": kw.pop("value", 0.99 if passed else None), **kw}
+
+
+def test_a_row_whose_probes_compared_nothing_is_never_the_choice():
+    """A detector whose probes hold no box on either side: ``not_judged``, parity unknown here. It was
+    kept as "the fastest within the parity budget" when it was the fastest."""
+    rows = [_row("a", 1.0, None, not_judged="no box on either side"), _row("b", 3.0, True)]
+    best = tune._best(rows, "latency")
+    assert best["backend"] == "b"
+    why = tune._why(best, rows, "latency")
+    assert "within the parity budget" in why and "not judged" in why
+
+
+def test_without_any_budget_the_fastest_is_kept_and_the_reason_says_so():
+    rows = [_row("a", 1.0, None, value=0.9), _row("b", 3.0, None, value=0.95)]
+    best = tune._best(rows, "latency")
+    assert best["backend"] == "a"
+    assert "with no parity budget recorded to meet" in tune._why(best, rows, "latency")
+    # a row that meets a budget wins over one that has none to meet
+    assert tune._best([_row("a", 1.0, None, value=0.9), _row("b", 3.0, True)], "latency")["backend"] == "b"
