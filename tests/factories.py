@@ -220,3 +220,37 @@ def refused_detector_import(model, out, **kw) -> str:
     assert ei.value.code == "import_family_mismatch", ei.value
     assert not out.exists()
     return str(ei.value)
+
+
+def relabel(art, labels: list[str]):
+    """``art`` with another labels file (the same model), pinned and resealed as a build writes it."""
+    import hashlib
+
+    data = ("\n".join(labels) + "\n").encode()
+    (Path(art) / "labels.txt").write_bytes(data)
+
+    def mutate(m):
+        m["files"]["labels.txt"].update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    rewrite_manifest(art, mutate)
+    return Path(art)
+
+
+def convert_digits(out, monkeypatch=None, **kw):
+    """The zoo's digits convert (no probe set) with ``kw`` over its request: (the manifest, the
+    progress lines, and with ``monkeypatch`` the Samples ``split_samples`` returned, else None)."""
+    from edge_runtime.converters import pipeline
+    from edge_runtime.converters.zoo import convert_request
+
+    got = []
+    if monkeypatch is not None:
+        real = pipeline.split_samples
+
+        def spy(*a, **k):
+            got.append(real(*a, **k))
+            return got[-1]
+
+        monkeypatch.setattr(pipeline, "split_samples", spy)
+    lines: list[str] = []
+    man = pipeline.convert(convert_request("digits-cnn", "image-classification", out,
+                                           **{"probe_samples": 0, **kw}), lines.append)
+    return man, lines, (got[0] if got else None)

@@ -15,6 +15,13 @@ def run_cli(*args):
     return CliRunner().invoke(main, list(map(str, args)))
 
 
+def cli_shadow(a, b, data, *flags):
+    """``edge-infer shadow A B DATA --quiet FLAGS``, never a traceback in its output."""
+    res = run_cli("shadow", a, b, data, "--quiet", *flags)
+    assert "Traceback" not in res.output, res.output
+    return res
+
+
 def no_constant(name):
     raise ValueError(f"{name} is not strict JSON")
 

@@ -11,7 +11,8 @@ import json
 import pytest
 
 from edge_runtime import error_codes as ec
-from edge_runtime.converters.zoo import ZOO, convert_request
+from edge_runtime.converters.zoo import ZOO
+from factories import convert_digits
 from edge_runtime.errors import InputError
 
 DIGITS = ZOO / "digits-cnn"
@@ -20,21 +21,8 @@ DIGITS = ZOO / "digits-cnn"
 def _convert(out, monkeypatch=None, **kw):
     """The digits convert (no probe set) with ``kw``; the manifest, the progress lines and (with
     ``monkeypatch``) the calibration samples split_samples returned."""
-    from edge_runtime.converters import pipeline
-
-    got = []
-    if monkeypatch is not None:
-        real = pipeline.split_samples
-
-        def spy(*a, **k):
-            got.append(real(*a, **k))
-            return got[-1]
-
-        monkeypatch.setattr(pipeline, "split_samples", spy)
-    lines: list[str] = []
-    man = pipeline.convert(convert_request("digits-cnn", "image-classification", out,
-                                           **{"probe_samples": 0, **kw}), lines.append)
-    return man, lines, (got[0].calib if got else None)
+    man, lines, samples = convert_digits(out, monkeypatch, **kw)
+    return man, lines, (samples.calib if samples is not None else None)
 
 
 def _variant(man, target):

@@ -14,29 +14,16 @@ import pytest
 from PIL import Image
 
 from edge_runtime.converters.zoo import ZOO, convert_request
+from factories import convert_digits
 from edge_runtime.errors import InputError
 
 DIGITS = ZOO / "digits-cnn"
 
 
 def _convert(out, monkeypatch=None, **kw):
-    """The digits convert (onnx-int8, no probe set) with ``kw`` over the zoo request; the manifest,
-    the progress lines and (with ``monkeypatch``) the Samples split_samples returned."""
-    from edge_runtime.converters import pipeline
-
-    got = []
-    if monkeypatch is not None:
-        real = pipeline.split_samples
-
-        def spy(*a, **k):
-            got.append(real(*a, **k))
-            return got[-1]
-
-        monkeypatch.setattr(pipeline, "split_samples", spy)
-    lines: list[str] = []
-    man = pipeline.convert(convert_request("digits-cnn", "image-classification", out,
-                                           **{"probe_samples": 0, **kw}), lines.append)
-    return man, lines, (got[0] if got else None)
+    """The digits convert (onnx-int8, no probe set) with ``kw``: the manifest, the progress lines and
+    (with ``monkeypatch``) the Samples split_samples returned."""
+    return convert_digits(out, monkeypatch, **kw)
 
 
 def _calibration_copy(tmp_path):

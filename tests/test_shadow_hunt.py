@@ -11,7 +11,6 @@ text B cut (its largest bucket shorter) was invisible in the summary."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -24,25 +23,10 @@ from edge_runtime.errors import InputError, ParityError
 from edge_runtime.score_inputs import Record, read_records
 from edge_runtime.shadow import shadow, verdict
 from edge_runtime.shadow_compare import compare
-from factories import png_bytes, rewrite_manifest
-from output_cases import run_cli
+from factories import png_bytes, relabel, rewrite_manifest
+from output_cases import cli_shadow, run_cli
 
 
-def cli_shadow(a, b, data, *flags):
-    res = run_cli("shadow", a, b, data, "--quiet", *flags)
-    assert "Traceback" not in res.output, res.output
-    return res
-
-
-def relabel(art: Path, labels: list[str]) -> Path:
-    """``art`` with another labels file (the same model), pinned and resealed as a build writes it."""
-    data = ("\n".join(labels) + "\n").encode()
-    (Path(art) / "labels.txt").write_bytes(data)
-
-    def mutate(m):
-        m["files"]["labels.txt"].update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
-    rewrite_manifest(art, mutate)
-    return Path(art)
 
 
 @pytest.fixture

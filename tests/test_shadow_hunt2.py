@@ -10,7 +10,6 @@ the diagonal though the comparison called it a disagreement; labels that share o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -21,28 +20,13 @@ import pytest
 
 from edge_runtime.score_inputs import Record, read_records
 from edge_runtime.shadow import shadow
-from factories import png_bytes, rewrite_manifest
-from output_cases import run_cli
+from factories import png_bytes, relabel
+from output_cases import cli_shadow
 
 DIGITS = [str(i) for i in range(10)]
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 
 
-def cli_shadow(a, b, data, *flags):
-    res = run_cli("shadow", a, b, data, "--quiet", *flags)
-    assert "Traceback" not in res.output, res.output
-    return res
-
-
-def relabel(art: Path, labels: list[str]) -> Path:
-    """``art`` with another labels file (the same model), pinned and resealed as a build writes it."""
-    data = ("\n".join(labels) + "\n").encode()
-    (Path(art) / "labels.txt").write_bytes(data)
-
-    def mutate(m):
-        m["files"]["labels.txt"].update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
-    rewrite_manifest(art, mutate)
-    return Path(art)
 
 
 def lines(path: Path) -> list[dict]:

@@ -23,13 +23,8 @@ import numpy as np
 import pytest
 
 from factories import png_bytes
-from output_cases import run_cli, strict_lines
+from output_cases import cli_shadow, strict_lines
 
-
-def cli_shadow(a, b, data, *flags):
-    res = run_cli("shadow", a, b, data, "--quiet", *flags)
-    assert "Traceback" not in res.output, res.output
-    return res
 
 
 def _tree(root: Path) -> dict:

@@ -18,14 +18,9 @@ import edge_runtime as er
 from edge_runtime.errors import InputError
 from edge_runtime.score_inputs import read_records
 from edge_runtime.shadow import shadow
-from output_cases import run_cli, strict_lines
+from output_cases import cli_shadow, run_cli, strict_lines
 from test_eval_hardening import IMAGE, _folder, dup_image, image_classifier, one_error  # noqa: F401 (a fixture)
 
-
-def cli_shadow(a, b, data, *flags):
-    res = run_cli("shadow", a, b, data, "--quiet", *flags)
-    assert "Traceback" not in res.output, res.output
-    return res
 
 
 class Stub:
