@@ -193,4 +193,4 @@ def _why(best: dict, rows: list[dict], purpose: str) -> str:
 
 def _code(error) -> str:
     """A row's error code (a dict from ``to_dict()``, or a code string in an older cache entry)."""
-    return error.get("code") if isinstance(error, dict) else str(error)
+    return str(error.get("code")) if isinstance(error, dict) else str(error)
