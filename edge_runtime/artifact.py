@@ -34,6 +34,11 @@ def safe_relpath(root: Path, rel: str) -> Path:
     """Resolve ``rel`` inside ``root``; refuse anything that escapes it."""
     if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel:
         raise ArtifactError("invalid file path in manifest", file=str(rel), code=ec.ARTIFACT_PATH_INVALID)
+    try:        # a lone surrogate (a JSON "\\ud800" escape) names no file: os.stat raised UnicodeEncodeError
+        os.fsencode(rel)
+    except UnicodeError:
+        raise ArtifactError("file path is not encodable text", file=ascii(rel),
+                            code=ec.ARTIFACT_PATH_INVALID) from None
     pure = PurePosixPath(rel)
     if pure.is_absolute() or rel.startswith("/") or (len(rel) > 1 and rel[1] == ":"):
         raise ArtifactError("absolute path is not allowed", file=rel, code=ec.ARTIFACT_PATH_ESCAPES)
@@ -85,11 +90,20 @@ class Artifact(Frozen):
         return safe_relpath(self.root, rel)
 
     def read_bytes(self, rel: str) -> bytes:
-        return self.path(rel).read_bytes()
+        """A file the manifest lists (hashed by the load's verify); any other path, even inside the
+        directory, is refused: a task or inspect never reads an unpinned file."""
+        if isinstance(rel, str) and rel not in self.manifest["files"]:
+            raise ArtifactError("file is not listed in the manifest (not pinned by a sha256)", file=str(rel),
+                                code=ec.ARTIFACT_FILE_UNLISTED)
+        try:
+            return self.path(rel).read_bytes()
+        except OSError as exc:
+            raise _unreadable(rel, exc) from None
 
     def read_text(self, rel: str) -> str:
+        """UTF-8 text, a leading BOM dropped (as the tasks read labels: inspect showed '\\ufeffcat')."""
         try:
-            return self.read_bytes(rel).decode("utf-8")
+            return self.read_bytes(rel).decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise ArtifactError(f"not UTF-8 text: {exc}", file=rel, code=ec.ARTIFACT_FILE_INVALID) from None
 
@@ -142,9 +156,10 @@ def variant_files(manifest: dict, variant: dict) -> list[str]:
     def owned(v):
         return {rel for b in v["buckets"] for rel in [b["file"], *b.get("extra_files", [])]}
 
-    others = set().union(*(owned(v) for v in manifest["variants"] if v is not variant)) - owned(variant)
     probe = manifest.get("probe") or {}
+    others = set().union(*(owned(v) for v in manifest["variants"] if v is not variant))
     others |= {probe[k] for k in ("inputs", "reference") if k in probe}
+    others -= owned(variant)        # its own files first: one that is also the probe's is still hashed now
     return [rel for rel in manifest["files"] if rel not in others]
 
 

@@ -85,6 +85,7 @@ def inspect(artifact, as_json):
     art = load_artifact(artifact)
     check_targets(art.targets())
     man = art.manifest
+    _check_as_loaded(art)
     labels = None
     if man["postprocess"].get("labels"):
         names = [x.strip() for x in art.read_text(man["postprocess"]["labels"]).splitlines() if x.strip()]
@@ -118,6 +119,21 @@ def inspect(artifact, as_json):
         click.echo(f"  {_probe_text(d['probe'], imported=bool((m.get('source') or {}).get('imported')))}")
 
     emit(data, as_json, human)
+
+
+def _check_as_loaded(art) -> None:
+    """What a load checks past the manifest, without a device: the limits as the runtime merges them
+    and each variant's task as it is built (its labels against the model's classes, its tokenizer).
+    inspect said "all sha256 verified", exit 0, of an artifact every load refuses."""
+    from edge_runtime.models import get_task
+
+    from .limits import DEFAULT_LIMITS
+
+    man = art.manifest
+    task = get_task(man["task"])
+    DEFAULT_LIMITS.merged(task.default_limits, source="manifest").merged(man["limits"], source="manifest")
+    for variant in man["variants"]:
+        task(man, art.read_bytes, variant["buckets"])
 
 
 def _probe_text(probe: dict | None, imported: bool = False) -> str:

@@ -190,7 +190,11 @@ def diff_artifacts(path_a, path_b, *, verify: bool = True) -> dict:
     each difference ``{"path", "side", "a", "b", "change", "added", "removed"}``."""
     from .artifact import load_artifact
 
+    from .selection import check_targets
+
     art_a, art_b = load_artifact(path_a, verify=verify), load_artifact(path_b, verify=verify)
+    for art in (art_a, art_b):      # as inspect: a target no backend knows is refused at every load
+        check_targets(art.targets())
     diffs = diff_manifests(art_a.manifest, art_b.manifest)
     counts = {s: sum(d.side == s for d in diffs) for s in (*SIDES, TIMING)}
     return {"a": _head(art_a), "b": _head(art_b), "same": not any(counts[s] for s in SIDES),

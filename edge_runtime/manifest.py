@@ -58,6 +58,9 @@ _TENSOR = {"name": str, "dtype": str, "shape": list}
 _PARITY = {"metric": str, "value": (int, float, type(None)), "samples": int}
 _QUANT = {"scheme": str, "weights": str, "activations": str}
 DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
+# the most elements one tensor may declare (int32 sizes: TFLite, TensorRT): a shape past it cannot be
+# allocated on any edge device, and numpy failed on it mid warm-up with an untyped MemoryError/ValueError
+MAX_TENSOR_ELEMENTS = 2**31 - 1
 
 
 def _reject_duplicates(pairs):
@@ -125,8 +128,52 @@ def _check(obj: Any, spec: dict, where: str) -> None:
                                 file=MANIFEST_NAME, code=ec.MANIFEST_FIELD_INVALID)
 
 
+def _check_text(data: Any) -> None:
+    """Every string (and key) must be Unicode text: a JSON ``\\ud800`` escape parses to a lone surrogate
+    that no file name, log line or terminal can encode (a file path of one crashed the load)."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[max(0, exc.start - 30):exc.end + 10] if isinstance(exc.object, str) else ""
+        raise ArtifactError(f"manifest holds a lone surrogate escape, not Unicode text (near {bad!r})",
+                            file=MANIFEST_NAME, code=ec.MANIFEST_FIELD_INVALID) from None
+
+
+def _unique(names: list, what: str) -> None:
+    """``names`` (targets of the variants, buckets of a variant) must not repeat: the one a lookup
+    by name finds would hide the others (which variant a target loads, tune measures, verify checks)."""
+    seen: set = set()
+    for name in names:
+        if name in seen:
+            raise ArtifactError(f"two {what} are named {name!r}", file=MANIFEST_NAME,
+                                code=ec.MANIFEST_FIELD_INVALID)
+        seen.add(name)
+
+
+def _check_tensors(bucket: dict, bwhere: str) -> None:
+    for side in ("inputs", "outputs"):
+        if not bucket[side]:
+            raise ArtifactError(f"{bwhere} declares no {side}", file=MANIFEST_NAME, code=ec.MANIFEST_FIELD_INVALID)
+    for k, tensor in enumerate(bucket["inputs"] + bucket["outputs"]):
+        _check(tensor, _TENSOR, f"{bwhere}.tensor[{k}]")
+        if tensor["dtype"] not in DTYPES:
+            raise ArtifactError(f"{bwhere}: unknown dtype {tensor['dtype']!r}", file=MANIFEST_NAME,
+                                code=ec.MANIFEST_FIELD_INVALID)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in tensor["shape"]):
+            raise ArtifactError(f"{bwhere}: tensor {tensor['name']!r} shape {tensor['shape']} is not static",
+                                file=MANIFEST_NAME, code=ec.MANIFEST_SHAPE_DYNAMIC)
+        elements = 1
+        for d in tensor["shape"]:
+            elements *= d
+            if elements > MAX_TENSOR_ELEMENTS:
+                raise ArtifactError(f"{bwhere}: tensor {tensor['name']!r} shape {tensor['shape']} is over "
+                                    f"{MAX_TENSOR_ELEMENTS} elements", file=MANIFEST_NAME,
+                                    code=ec.MANIFEST_FIELD_INVALID)
+
+
 def validate(data: Any) -> None:
     _check(data, _TOP, "manifest")
+    _check_text(data)
     if data["format"] != FORMAT:
         raise ArtifactError(f"not an edge-runtime artifact (format {data['format']!r})", file=MANIFEST_NAME,
                             code=ec.MANIFEST_FORMAT_UNKNOWN)
@@ -143,6 +190,7 @@ def validate(data: Any) -> None:
                                 code=ec.MANIFEST_FIELD_INVALID)
     if not data["variants"]:
         raise ArtifactError("manifest lists no variants", file=MANIFEST_NAME, code=ec.MANIFEST_FIELD_MISSING)
+    _unique([v.get("target") for v in data["variants"] if isinstance(v, dict)], "variants' targets")
     for i, variant in enumerate(data["variants"]):
         where = f"variants[{i}]"
         _check(variant, _VARIANT, where)
@@ -154,6 +202,7 @@ def validate(data: Any) -> None:
                                 code=ec.MANIFEST_FIELD_INVALID)
         if not variant["buckets"]:
             raise ArtifactError(f"{where} has no buckets", file=MANIFEST_NAME, code=ec.MANIFEST_FIELD_MISSING)
+        _unique([b.get("name") for b in variant["buckets"] if isinstance(b, dict)], f"{where} buckets")
         for j, bucket in enumerate(variant["buckets"]):
             bwhere = f"{where}.buckets[{j}]"
             _check(bucket, _BUCKET, bwhere)
@@ -164,22 +213,16 @@ def validate(data: Any) -> None:
             if not isinstance(extra, list) or any(not isinstance(e, str) or e not in data["files"] for e in extra):
                 raise ArtifactError(f"{bwhere}.extra_files must list files named in files", file=MANIFEST_NAME,
                                     code=ec.MANIFEST_FIELD_INVALID)
-            for k, tensor in enumerate(bucket["inputs"] + bucket["outputs"]):
-                _check(tensor, _TENSOR, f"{bwhere}.tensor[{k}]")
-                if tensor["dtype"] not in DTYPES:
-                    raise ArtifactError(f"{bwhere}: unknown dtype {tensor['dtype']!r}", file=MANIFEST_NAME,
-                                        code=ec.MANIFEST_FIELD_INVALID)
-                if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in tensor["shape"]):
-                    raise ArtifactError(f"{bwhere}: tensor {tensor['name']!r} shape {tensor['shape']} is not static",
-                                        file=MANIFEST_NAME, code=ec.MANIFEST_SHAPE_DYNAMIC)
+            _check_tensors(bucket, bwhere)
     _check_probe(data)
     for section, keys in task.manifest_sections.items():   # what the task needs at load
         _check(data.get(section), keys, section)
     for key in dict.fromkeys(("tokenizer", "labels", *task.manifest_files)):
-        ref = data["preprocess"].get(key) or data["postprocess"].get(key)
-        if isinstance(ref, str) and ref not in data["files"]:
-            raise ArtifactError(f"{key} file {ref!r} is not listed in files", file=MANIFEST_NAME,
-                                code=ec.MANIFEST_FIELD_INVALID)
+        for section in ("preprocess", "postprocess"):   # each: a listed preprocess.labels hid an unlisted,
+            ref = data[section].get(key)                 # unhashed postprocess.labels the task read
+            if isinstance(ref, str) and ref and ref not in data["files"]:
+                raise ArtifactError(f"{section}.{key} file {ref!r} is not listed in files", file=MANIFEST_NAME,
+                                    code=ec.MANIFEST_FIELD_INVALID)
 
 
 def _check_budget(parity: dict, where: str) -> None:
