@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_runtime import error_codes as ec
-from edge_runtime.errors import InputError
+from edge_runtime.errors import ArtifactError, InputError
 
 from .base import is_number, preprocess_error
 # decoding lives in image_decode; decode, decode_pixels and to_8bit stay importable from here
@@ -174,7 +174,11 @@ class TensorPlan:
     def __init__(self, pre: dict, spec: dict, channels: int = 3, plan=None):
         self.kind, self.table = plan if plan is not None else input_plan(pre, spec, channels)
         self.dtype = np.dtype(spec["dtype"])
-        self.nchw = pre.get("layout", "NHWC" if pre.get("input") == "pixels" else "NCHW") == "NCHW"
+        layout = pre.get("layout", "NHWC" if pre.get("input") == "pixels" else "NCHW")
+        if layout not in ("NCHW", "NHWC"):      # any other word was read as NHWC: channels fed as rows
+            raise ArtifactError(f"preprocess.layout {layout!r}: need NCHW or NHWC", file="manifest.json",
+                                code=ec.MANIFEST_FIELD_INVALID)
+        self.nchw = layout == "NCHW"
         self.ftable = np.zeros((1, 256), np.float32)      # the float input's table (set below)
         if self.kind == "float":
             scale, mean, std = normalisation(pre, spec)

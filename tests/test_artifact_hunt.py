@@ -170,3 +170,15 @@ def test_inspect_refuses_labels_the_task_refuses_at_every_load(make_artifact):
     refused(root, "artifact_labels_mismatch")
     res = cli("inspect", root)
     assert res.exit_code == 3 and "artifact_labels_mismatch" in res.output, res.output
+
+
+def test_an_image_layout_other_than_nchw_or_nhwc_is_refused_at_load(make_artifact):
+    """``preprocess.layout: "XYZ"`` loaded and was read as NHWC (the convert-time check never ran at load)."""
+    import edge_runtime as er
+    from factories import rewrite_manifest
+
+    art = make_artifact("image-classification")
+    rewrite_manifest(art, lambda m: m["preprocess"].update(layout="XYZ"))
+    with pytest.raises(er.ArtifactError, match="preprocess.layout 'XYZ'") as ei:
+        er.load(art, device="fake")
+    assert ei.value.code == "manifest_field_invalid"
