@@ -47,7 +47,7 @@ from . import error_codes as ec
 from .errors import EdgeRuntimeError, InferenceTimeout, InputError
 from .serve_batch import DynamicBatching
 from .serve_inline import INLINE_DEMOTE_MS, Inline, machine_paused, measure_call_ms, thread_usage
-from .serve_model import _Model, _has_probe_set, _metadata, served_input_specs
+from .serve_model import _Model, _has_probe_set, _metadata, latest_versions, served_input_specs
 from .serve_model import artifacts_in as artifacts_in          # re-exported: its old import path
 # what a request's errors and parameters become (serve_error re-exported: its old import path)
 from .serve_request import _REJECTION, call_options, serve_error as serve_error
@@ -124,7 +124,7 @@ class ServeCore(DynamicBatching):
                     m.inline = Inline(measure_call_ms(rt))
                 m.metadata = _metadata(m)
                 self.models[key] = m
-                self._latest[key[0]] = key[1]
+            self._latest = latest_versions(self.models)
         except BaseException:
             self.close()
             raise
@@ -170,6 +170,10 @@ class ServeCore(DynamicBatching):
     def _model(self, name: str, version: str | None) -> _Model:
         if version in (None, ""):
             version = self._latest.get(name)
+            if version == "":             # several versions that do not order as numbers: none is latest
+                raise ServeError("bad_request", f"model {name!r} has versions " + ", ".join(
+                    sorted(v for n, v in self.models if n == name)) + " that do not order as numbers: "
+                    "name the version (/versions/{v}, model_version)", ec.SERVE_REQUEST_MALFORMED)
         m = self.models.get((name, str(version)))
         if m is None and self.loading:
             # the artifacts' names are known only once each one is in: until then any name may
@@ -227,6 +231,9 @@ class ServeCore(DynamicBatching):
             deadline_ms = self._deadline_ms(m, req.parameters)
             options = call_options(req.parameters)
             items = request_items(m.kind, m.inputs, req)
+            if req.outputs and len(set(req.outputs)) != len(req.outputs):   # as Triton: its parameters would clash
+                raise bad(f"output(s) {', '.join(sorted({repr(o) for o in req.outputs if req.outputs.count(o) > 1}))} "
+                          "requested twice")
             if req.classification and m.outputs is not None:
                 m.outputs.check_classification(req.classification)
             # a batched model runs up to max_batch_items requests per slot
@@ -343,8 +350,8 @@ class ServeCore(DynamicBatching):
         too large, late, cut off or malformed): counted once, as ``infer`` counts its own, in
         ``edge_serve_requests_total`` with its status (the model's label only for a model served here)
         and its bytes received in ``edge_serve_received_bytes_total``."""
-        m = self.models.get((model, str(version or self._latest.get(model))))
-        self._requests[(m.name if m is not None else "", status)] += 1
+        known = (model, str(version)) in self.models if version else model in self._latest
+        self._requests[(model if known else "", status)] += 1
         self._received_bytes += int(received_bytes)
 
     def metrics_text(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,33 @@ def artifacts_in(repository: str | Path) -> list[Path]:
         raise InputError(f"model repository {root} holds no artifact (a subfolder with a manifest.json)",
                          code=ec.INPUT_MISSING)
     return found
+
+
+_NUMERIC_VERSION = re.compile(r"[0-9]+(\.[0-9]+)*")
+
+
+def latest_versions(models: dict) -> dict[str, str]:
+    """Each model name's version that a request naming no version gets: the highest, versions ordered
+    as numbers (``10`` after ``9``, ``1.10`` after ``1.9``), as Triton's default version policy has it,
+    whatever order the artifacts loaded in; ``""`` where a name has several versions and one of them
+    is not a number, or two are the same number (``1``, ``01``): no version is the latest, such a
+    request must name one. Sets each model's
+    metadata ``versions`` to every version of its name served here, in that order."""
+    by_name: dict[str, list[str]] = {}
+    for name, version in models:
+        by_name.setdefault(name, []).append(version)
+    latest: dict[str, str] = {}
+    for name, versions in by_name.items():
+        keys = {v: tuple(int(p) for p in v.split(".")) for v in versions if _NUMERIC_VERSION.fullmatch(v)}
+        if len(keys) == len(versions) and len(set(keys.values())) == len(versions):   # not 1 and 01
+            versions.sort(key=keys.__getitem__)
+            latest[name] = versions[-1]
+        else:
+            versions.sort()
+            latest[name] = versions[0] if len(versions) == 1 else ""
+        for v in versions:
+            models[(name, v)].metadata["versions"] = list(versions)
+    return latest
 
 
 def _has_probe_set(path: Path) -> bool:
