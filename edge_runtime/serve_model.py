@@ -25,6 +25,13 @@ def artifacts_in(repository: str | Path) -> list[Path]:
     if not root.is_dir():
         raise InputError(f"model repository {root} is not a directory", code=ec.INPUT_MISSING)
     found = sorted(p for p in root.iterdir() if (p / "manifest.json").is_file())
+    # said, never skipped in silence: a Triton-style name/1/manifest.json layout, a half-copied artifact
+    skipped = sorted(p.name + "/" for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                     and p not in found)
+    if skipped:
+        logging.getLogger("edge_runtime.serve").warning(
+            "model repository %s: %d subfolder(s) without a manifest.json not served: %s", root, len(skipped),
+            ", ".join(skipped[:10]) + (" ..." if len(skipped) > 10 else ""))
     if not found:
         raise InputError(f"model repository {root} holds no artifact (a subfolder with a manifest.json)",
                          code=ec.INPUT_MISSING)

@@ -109,3 +109,20 @@ def test_an_output_requested_twice_is_refused(repo_core):
     for m in core.models.values():
         snap = m.rt.metrics()
         assert snap["errors"] == [] and sum(h["count"] for h in snap["latency_seconds"].values()) == 0
+
+
+def test_a_repository_subfolder_without_a_manifest_is_said_not_skipped_in_silence(tmp_path, caplog):
+    """A Triton-style ``DIR/name/1/manifest.json`` layout served nothing of that model while readiness
+    turned true for the others, without a word."""
+    import logging
+
+    from edge_runtime.serve_model import artifacts_in
+
+    (tmp_path / "good").mkdir()
+    (tmp_path / "good" / "manifest.json").write_text("{}")
+    (tmp_path / "triton-style" / "1").mkdir(parents=True)
+    (tmp_path / ".hidden").mkdir()
+    with caplog.at_level(logging.WARNING, logger="edge_runtime.serve"):
+        assert [p.name for p in artifacts_in(tmp_path)] == ["good"]
+    said = [r.getMessage() for r in caplog.records if "without a manifest.json" in r.getMessage()]
+    assert len(said) == 1 and "triton-style/" in said[0] and ".hidden" not in said[0]
