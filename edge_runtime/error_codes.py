@@ -5,8 +5,8 @@ A code is the stable string an ``EdgeRuntimeError`` carries in ``err.code``
 Raise sites name codes through these constants (``code=ec.INPUT_TOO_LONG``),
 never as literals; ``tests/test_error_codes.py`` checks that, that each entry
 is used, that its layer is the class it is raised with, and that README's
-"Error codes" table is this one (``python -m edge_runtime.error_codes
---markdown`` prints it).
+"Error codes" table is this one (``python -m edge_runtime.error_table``
+prints it: the rendering lives there).
 
 The layer is the error class's (a subclass counts as its base), and gives the
 exit code of ``edge-infer``. ``also`` names the other layers a code is raised
@@ -17,7 +17,6 @@ This module imports nothing from the project but ``value`` (``errors.py`` import
 
 from __future__ import annotations
 
-import sys
 from typing import Final
 
 from .value import Frozen
@@ -389,17 +388,3 @@ INPUT_CONTRACT_MISMATCH: Final = _code("input_contract_mismatch", "artifact",
                                        "A bucket's model takes other inputs than the manifest's tensors (a Core ML "
                                        "image-typed input where the task feeds a normalised tensor, another name "
                                        "or shape): refused at load, never run on a reinterpreted input.")
-
-
-def markdown() -> str:
-    """README's table: ``| code | layer | exit | meaning |``, one row a code."""
-    rows = ["| code | layer | exit | meaning |", "| --- | --- | --- | --- |"]
-    rows += [f"| `{c.code}` | {' / '.join(c.layers)} | {' / '.join(map(str, c.exits))} | {c.meaning} |"
-             for c in CODES.values()]
-    return "\n".join(rows)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["--markdown"]:
-        sys.exit("usage: python -m edge_runtime.error_codes --markdown")
-    print(markdown())

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from edge_runtime import error_codes as ec
+from edge_runtime import error_table
 from edge_runtime import errors
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,7 +233,7 @@ def test_readme_lists_every_code():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     m = re.search(r"^## Error codes\n(.*?)(?=^## )", readme, re.S | re.M)
     assert m, "README.md has no '## Error codes' section"
-    ours, theirs = _rows(ec.markdown()), _rows(m[1])
+    ours, theirs = _rows(error_table.markdown()), _rows(m[1])
     assert len(ours) == len(ec.CODES)
     assert sorted(set(ours) - set(theirs)) == [], "codes missing from README (python -m edge_runtime.error_codes " \
                                                   "--markdown prints the table)"
