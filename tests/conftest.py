@@ -329,3 +329,20 @@ def fake_ort(monkeypatch, tmp_path):
     monkeypatch.delenv("EDGE_RUNTIME_THREADS", raising=False)
     yield install
     registry.register("onnxruntime", "edge_runtime.devices.onnxruntime_backend:OnnxRuntimeBackend")
+
+
+@pytest.fixture
+def tiny_ir(tmp_path):
+    """(path, bucket) of a tiny static OpenVINO IR (relu(x * 0.5), [1, 4] float32), for backend tests."""
+    ov = pytest.importorskip("openvino")
+    import numpy as np
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 4], np.float32, name="x")
+    y = ops.relu(ops.multiply(x, ops.constant(np.full([1, 4], 0.5, np.float32))))
+    y.output(0).set_names({"y"})
+    path = tmp_path / "tiny.xml"
+    ov.save_model(ov.Model([y], [x], "tiny"), str(path), compress_to_fp16=False)
+    bucket = {"name": "static", "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 4]}],
+              "outputs": [{"name": "y", "dtype": "float32", "shape": [1, 4]}]}
+    return path, bucket

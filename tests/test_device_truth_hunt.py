@@ -232,19 +232,6 @@ class _AutoCore:
         return _AutoCompiled(real, self.executed, self.priorities, self.reads)
 
 
-@pytest.fixture
-def tiny_ir(tmp_path):
-    ov = pytest.importorskip("openvino")
-    from openvino import opset13 as ops
-
-    x = ops.parameter([1, 4], np.float32, name="x")
-    y = ops.relu(ops.multiply(x, ops.constant(np.full([1, 4], 0.5, np.float32))))
-    y.output(0).set_names({"y"})
-    path = tmp_path / "tiny.xml"
-    ov.save_model(ov.Model([y], [x], "tiny"), str(path), compress_to_fp16=False)
-    bucket = {"name": "static", "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 4]}],
-              "outputs": [{"name": "y", "dtype": "float32", "shape": [1, 4]}]}
-    return path, bucket
 
 
 def test_auto_on_its_cpu_helper_at_load_is_not_named_for_one_device(tiny_ir, monkeypatch):

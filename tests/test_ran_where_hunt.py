@@ -74,19 +74,6 @@ def test_openvino_precision_auto_asked_for_keeps_the_recorded_choice():
     assert options == {"precision": "f32"} and provenance == {}
 
 
-@pytest.fixture
-def tiny_ir(tmp_path):
-    ov = pytest.importorskip("openvino")
-    from openvino import opset13 as ops
-
-    x = ops.parameter([1, 4], np.float32, name="x")
-    y = ops.relu(ops.multiply(x, ops.constant(np.full([1, 4], 0.5, np.float32))))
-    y.output(0).set_names({"y"})
-    path = tmp_path / "tiny.xml"
-    ov.save_model(ov.Model([y], [x], "tiny"), str(path), compress_to_fp16=False)
-    bucket = {"name": "static", "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 4]}],
-              "outputs": [{"name": "y", "dtype": "float32", "shape": [1, 4]}]}
-    return path, bucket
 
 
 def test_openvino_auto_reads_back_precision_and_threads(tiny_ir):
