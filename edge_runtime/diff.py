@@ -17,9 +17,15 @@ values, grouped in the seed's terms:
 - **timings**: figures that change on every build (``created``, ``seconds``,
   ``device_ms_median``, ``runtime.why``'s measured ms): listed, never counted.
 
+Two sections say what a user of each version gets past the manifest's leaves: ``limits``, each
+limit as a load applies it (default, task default or the manifest's) where A's and B's differ, and
+``labels``, each class id whose name differs (the labels file's lines, else the task's ``0``..``n-1``),
+with a side flagged whose labels do not match its outputs' classes or cannot be read (every load
+refuses it). A labels file's sha256 alone did not say that two classes swapped names.
+
 Variants are matched by target, buckets and tensors by name, files by path;
 a list of names (``nodes_to_exclude``) shows what was added and removed.
-``same`` is true when no identity, prediction or inference field differs
+``same`` is true when no identity, prediction or inference field, limit or label differs
 (``edge-infer diff`` exits 0, else 1). Both artifacts are verified first (a
 corrupt one is an ``ArtifactError``, exit 3): a diff of what the manifest says
 is only worth something if the files are what it says.
@@ -186,8 +192,8 @@ def _head(art) -> dict:
 
 
 def diff_artifacts(path_a, path_b, *, verify: bool = True) -> dict:
-    """The report ``edge-infer diff`` prints: ``{"a", "b", "same", "counts", "differences"}``,
-    each difference ``{"path", "side", "a", "b", "change", "added", "removed"}``."""
+    """The report ``edge-infer diff`` prints: ``{"a", "b", "same", "counts", "differences", "limits",
+    "labels"}``, each difference ``{"path", "side", "a", "b", "change", "added", "removed"}``."""
     from .artifact import load_artifact
 
     from .selection import check_targets
@@ -197,8 +203,95 @@ def diff_artifacts(path_a, path_b, *, verify: bool = True) -> dict:
         check_targets(art.targets())
     diffs = diff_manifests(art_a.manifest, art_b.manifest)
     counts = {s: sum(d.side == s for d in diffs) for s in (*SIDES, TIMING)}
-    return {"a": _head(art_a), "b": _head(art_b), "same": not any(counts[s] for s in SIDES),
-            "counts": counts, "differences": [d.to_dict() for d in diffs]}
+    limits, labels = limits_diff(art_a, art_b), labels_diff(art_a, art_b)
+    same = not any(counts[s] for s in SIDES) and not limits["changed"] and not labels["changed"]
+    return {"a": _head(art_a), "b": _head(art_b), "same": same, "counts": counts,
+            "differences": [d.to_dict() for d in diffs], "limits": limits, "labels": labels}
+
+
+def _task_class(art):
+    from edge_runtime.models import get_task
+
+    from .errors import EdgeRuntimeError
+
+    try:
+        return get_task(art.manifest["task"])
+    except EdgeRuntimeError:
+        return None
+
+
+def _limits_of(art) -> dict:
+    """``{"values", "source", "error"}``: each limit as a load of ``art`` applies it (the defaults, the
+    task's defaults, then the manifest's ``limits``) and where it comes from; ``error`` (values None)
+    where the manifest's limits do not load (every load refuses the artifact)."""
+    from .errors import EdgeRuntimeError
+    from .limits import DEFAULT_LIMITS
+
+    task = _task_class(art)
+    task_limits = dict(getattr(task, "default_limits", None) or {})
+    own = art.manifest.get("limits") or {}
+    try:
+        values = DEFAULT_LIMITS.merged(task_limits, source="manifest").merged(own, source="manifest").to_dict()
+    except EdgeRuntimeError as exc:
+        return {"values": None, "source": None, "error": f"{exc.message} ({exc.code})"}
+    source = {k: "manifest" if k in own else "task default" if k in task_limits else "default" for k in values}
+    return {"values": values, "source": source, "error": None}
+
+
+def limits_diff(art_a, art_b) -> dict:
+    """Both sides' limits as the runtime applies them, and ``changed``: each limit whose value differs
+    (``{"limit", "a", "b", "a_source", "b_source"}``): a limit one manifest sets and the other leaves at
+    its default reads as the two values a user of each version gets refused at."""
+    la, lb = _limits_of(art_a), _limits_of(art_b)
+    changed = []
+    if la["values"] is not None and lb["values"] is not None:
+        for k, va in la["values"].items():
+            vb = lb["values"].get(k)
+            if not _same(va, vb):
+                changed.append({"limit": k, "a": va, "b": vb, "a_source": la["source"][k],
+                                "b_source": lb["source"][k]})
+    return {"a": la, "b": lb, "changed": changed}
+
+
+def _labels_of(art) -> dict:
+    """``{"file", "labels", "count", "mismatch"}``: the class names a load of ``art`` answers with (its
+    labels file's non-empty lines, else the task's own: ``0``..``n-1``), and ``mismatch``, the message
+    of a variant whose labels do not match its output's classes (every load refuses it)."""
+    from . import error_codes as ec
+    from .errors import EdgeRuntimeError
+
+    man = art.manifest
+    rel = (man.get("postprocess") or {}).get("labels")
+    labels: list | None = None
+    mismatch = None
+    if rel:
+        try:
+            labels = [x.strip() for x in art.read_bytes(rel).decode("utf-8-sig").splitlines() if x.strip()]
+        except (UnicodeDecodeError, EdgeRuntimeError) as exc:
+            mismatch = f"labels file {rel}: {exc}"          # as a load refuses it: not UTF-8, or unreadable
+    task = _task_class(art)
+    for variant in man["variants"] if task is not None else ():
+        try:
+            built = task(man, art.read_bytes, variant["buckets"])
+        except EdgeRuntimeError as exc:
+            if exc.code == ec.ARTIFACT_LABELS_MISMATCH and mismatch is None:
+                mismatch = f"{variant['target']}: {exc.message} ({exc.code})"
+            continue
+        if labels is None and not rel and getattr(built, "labels", None):
+            labels = [str(x) for x in built.labels]
+    return {"file": rel, "labels": labels, "count": None if labels is None else len(labels), "mismatch": mismatch}
+
+
+def labels_diff(art_a, art_b) -> dict:
+    """Both sides' labels (``_labels_of``) and ``changed``: each class id whose name differs
+    (``{"class", "a", "b"}``, None on the side that has no such class)."""
+    la, lb = _labels_of(art_a), _labels_of(art_b)
+    xa, xb = la["labels"] or [], lb["labels"] or []
+    unread = any(side["file"] and side["labels"] is None for side in (la, lb))   # never "every class removed"
+    changed = [] if unread else [
+        {"class": i, "a": xa[i] if i < len(xa) else None, "b": xb[i] if i < len(xb) else None}
+        for i in range(max(len(xa), len(xb))) if xa[i:i + 1] != xb[i:i + 1]]
+    return {"a": la, "b": lb, "changed": changed}
 
 
 def _short(value: Any, width: int = 70) -> str:
@@ -259,7 +352,43 @@ def render_text(report: dict, *, timings: bool = True) -> str:
                 lines.append(f"  ~ {d['path']}: {'; '.join(parts)}")
             else:
                 lines.append(f"  ~ {d['path']}: {_changed(d['a'], d['b'])}")
+    lines.extend(_limit_lines(report.get("limits")))
+    lines.extend(_label_lines(report.get("labels")))
     return "\n".join(lines)
+
+
+LABEL_ROWS = 20     # the text lists this many changed classes; --json lists them all
+
+
+def _limit_lines(limits: dict | None) -> list[str]:
+    if not limits:
+        return []
+    rows = [f"  ~ {c['limit']}: {_short(c['a'])} ({c['a_source']}) -> {_short(c['b'])} ({c['b_source']})"
+            for c in limits["changed"]]
+    rows += [f"  ! {tag.upper()}: its limits do not load, every load refuses it: {limits[tag]['error']}"
+             for tag in ("a", "b") if limits[tag]["error"]]
+    return ["", "limits (as a load applies them: A -> B):", *rows] if rows else []
+
+
+def _label_lines(labels: dict | None) -> list[str]:
+    if not labels:
+        return []
+    rows = []
+    for c in labels["changed"][:LABEL_ROWS]:
+        if c["a"] is None:
+            rows.append(f"  + [{c['class']}]: {_short(c['b'])} (only in B)")
+        elif c["b"] is None:
+            rows.append(f"  - [{c['class']}]: {_short(c['a'])} (only in A)")
+        else:
+            rows.append(f"  ~ [{c['class']}]: {_short(c['a'])} -> {_short(c['b'])}")
+    more = len(labels["changed"]) - LABEL_ROWS
+    if more > 0:
+        rows.append(f"  ... {more} more classes differ (--json lists every one)")
+    if labels["changed"] and labels["a"]["count"] != labels["b"]["count"]:
+        rows.append(f"  ~ count: {labels['a']['count']} -> {labels['b']['count']}")
+    rows += [f"  ! {tag.upper()}: every load refuses its labels: {labels[tag]['mismatch']}"
+             for tag in ("a", "b") if labels[tag]["mismatch"]]
+    return ["", "labels (class id: name in A -> name in B):", *rows] if rows else []
 
 
 __all__ = ["Difference", "diff_manifests", "diff_artifacts", "render_text", "side_of", "SIDES"]

@@ -223,6 +223,7 @@ class ServeCore(DynamicBatching):
         name = ""                 # a metrics label: only a model we serve, never a name a client made up
         self._received_bytes += int(req.received_bytes or 0)
         try:
+            name = self._metric_model(req.model, req.version)    # a refusal of a served name counts under it
             if not self.ready:
                 raise ServeError("unavailable", "the server is draining" if self._draining else
                                  "the server is not ready (models are loading)", ec.SERVE_NOT_READY)
@@ -350,9 +351,16 @@ class ServeCore(DynamicBatching):
         too large, late, cut off or malformed): counted once, as ``infer`` counts its own, in
         ``edge_serve_requests_total`` with its status (the model's label only for a model served here)
         and its bytes received in ``edge_serve_received_bytes_total``."""
-        known = (model, str(version)) in self.models if version else model in self._latest
-        self._requests[(model if known else "", status)] += 1
+        self._requests[(self._metric_model(model, version), status)] += 1
         self._received_bytes += int(received_bytes)
+
+    def _metric_model(self, model: str, version: str | None) -> str:
+        """The ``model`` label of a request for ``model`` (``version``), as every refusal counts it, in
+        the front ends and the core alike: the name when that version is served here, or, for a request
+        naming no version, when the name is (a 400 for a name whose versions do not order as numbers
+        counts under it); ``""`` for any other name, so a client cannot add labels by making names up."""
+        known = (model, str(version)) in self.models if version else model in self._latest
+        return model if known else ""
 
     def metrics_text(self) -> str:
         """Prometheus text: ``rt.metrics()`` of every model, then the server's counters (``serve_metrics``)."""
