@@ -7,7 +7,10 @@
   table is printed first; stderr gets the one ``error [code]`` line).
 - ``tune ARTIFACT [--rounds N] [--json]``: every candidate measured (parity,
   per-call latency in alternating rounds, batch throughput); the fastest
-  within budget is cached for ``device="auto"`` on this machine.
+  within budget is cached for ``device="auto"`` on this machine. A decision
+  that could not be cached (a read-only cache dir) is exit 4 ``tune_not_cached``
+  after the table (``--json``: the whole entry, ``cache_error`` and ``error``
+  in it), unless ``--no-save`` asked for no entry.
 """
 
 from __future__ import annotations
@@ -114,12 +117,13 @@ def tune(artifact, rounds, no_batch, no_save, as_json):
 
     Later loads with device auto on this machine (same artifact, same backend
     versions) use the cached decision; `edge-infer devices --artifact` shows it.
+    A decision that cannot be cached (a read-only cache dir) exits 4 unless --no-save.
     """
     from .tune import tune as run_tune
 
     progress = (lambda m: None) if as_json else (lambda m: click.echo(m, err=True))
     entry = run_tune(artifact, rounds=rounds, batch=not no_batch, save=not no_save, progress=progress)
-    err = None if entry["decision"] else _no_decision(entry)
+    err = _no_decision(entry) if not entry["decision"] else None if no_save else _not_cached(entry)
     if err is not None:
         entry = {**entry, "error": error_dict(err)}     # as verify's: the JSON document names its failure
     emit(json_safe(entry), as_json, _print_tune)
@@ -139,6 +143,23 @@ def _no_decision(entry: dict):
         return ParityError(f"no candidate path met the parity budget on the probe set here ({text}): device auto "
                            "keeps the static policy", code=ec.PARITY_BELOW_BUDGET_HERE)
     return DeviceError(f"no candidate path ran the probe set here ({text})", code=ec.DEVICE_LOAD_FAILED)
+
+
+def _not_cached(entry: dict):
+    """A decision measured but not kept (a read-only or full cache dir): the tune's purpose, later loads
+    with device auto taking the measured path, is not met, so the run fails (exit 4, the operator's
+    environment, as serve's port that cannot be bound); ``--no-save`` asks for no entry. None: cached."""
+    from . import error_codes as ec
+    from .errors import DeviceError
+    from .tune_cache import cache_root
+
+    if entry.get("cache_file"):
+        return None
+    why = entry.get("cache_error") or "no cache entry was written"
+    return DeviceError(f"the tune decision was not cached ({why}): later loads with device auto on this machine "
+                       f"keep the static policy; make {cache_root()} writable (or set $EDGE_RUNTIME_CACHE_DIR), "
+                       "or pass --no-save to measure without keeping", code=ec.TUNE_NOT_CACHED,
+                       cache_dir=str(cache_root()))
 
 
 def _print_tune(e: dict) -> None:

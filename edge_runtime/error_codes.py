@@ -91,8 +91,8 @@ INPUT_FIELD_MISSING: Final = _code("input_field_missing", "input",
                                    "A JSONL/CSV record has no value for the field or column asked for.")
 LIMIT_UNKNOWN: Final = _code("limit_unknown", "input", "A limit key is not one this runtime knows (in a manifest: "
                              "the artifact's).", also=("artifact",))
-LIMIT_INVALID: Final = _code("limit_invalid", "input", "A limit or deadline is not a positive number (in a manifest: "
-                             "the artifact's).", also=("artifact",))
+LIMIT_INVALID: Final = _code("limit_invalid", "input", "A limit or deadline is not a positive number, or is over "
+                             "its ceiling (limits.CEILINGS; in a manifest: the artifact's).", also=("artifact",))
 LIMIT_RAISE_REFUSED: Final = _code("limit_raise_refused", "input",
                                    "A per-call limit may lower a limit, never raise it.")
 DEVICE_OPTION_INVALID: Final = _code("device_option_invalid", "input", "A device option's value is not one the backend "
@@ -388,3 +388,8 @@ INPUT_CONTRACT_MISMATCH: Final = _code("input_contract_mismatch", "artifact",
                                        "A bucket's model takes other inputs than the manifest's tensors (a Core ML "
                                        "image-typed input where the task feeds a normalised tensor, another name "
                                        "or shape): refused at load, never run on a reinterpreted input.")
+# -- tune: a measured decision that could not be kept (later loads would silently keep the static policy) --
+TUNE_NOT_CACHED: Final = _code("tune_not_cached", "device",
+                               "tune measured a decision but could not cache it (a read-only or full cache "
+                               "dir): later loads with device auto keep the static policy; make the cache dir "
+                               "writable, or pass --no-save.")

@@ -6,12 +6,31 @@ but never removed: ``None``, zero, negative or non-integer values are refused.
 The deadline (``deadline_ms``, in ``limits`` or as ``infer(deadline_ms=)``) is a
 positive number of milliseconds, whole or not; the other limits are positive
 integers. numpy's integers and floats count as numbers; ``True`` does not.
+
+Each limit also has a ceiling (``CEILINGS``), refused above it with the same
+``limit_invalid`` (``ArtifactError`` from a manifest, ``InputError`` from a
+caller): a limit that large is no limit (``max_text_chars: 10**30``), a huge
+integer overflows the numpy and C code it later reaches, and a deadline of
+``1e300`` ms (or infinity) is no deadline. The ceilings are generous, far past
+any edge request, each with its reason:
+
+- ``max_request_bytes``, ``max_image_bytes`` ≤ 4 GiB: a request is held whole in
+  memory, and 2**32 is where 32-bit sizes in decoders and backends wrap;
+- ``max_text_chars`` ≤ 2**32 (4 Gi characters): no text is longer than the
+  largest request can carry (a character is at least a byte);
+- ``max_image_pixels`` ≤ 10**9: a gigapixel RGB image decodes to 3 GB, and
+  ``width × height × channels`` stays within a 32-bit count;
+- ``max_batch_items`` and ``max_detections`` ≤ 10**6: a million items a call (or
+  boxes a result) is past any batch or scene a device answers in one call;
+- ``max_json_depth`` ≤ 500: Python's json decoder recurses and fails near its
+  recursion limit (1000) before a deeper limit could be reached;
+- ``deadline_ms`` ≤ 86,400,000 (a day), in ``limits`` and as ``infer(deadline_ms=)``:
+  one call waiting longer has no deadline; infinity is refused too.
 """
 
 from __future__ import annotations
 
 import numbers
-import sys
 from collections.abc import Mapping
 
 from . import error_codes as ec
@@ -19,6 +38,13 @@ from .errors import ArtifactError, InputError
 from .value import Frozen
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
+DEADLINE_MAX_MS = 86_400_000        # a day
+
+# the most each limit may be set to (the module docstring says why each)
+CEILINGS = {"max_request_bytes": 4 * GiB, "max_batch_items": 1_000_000, "max_text_chars": 2 ** 32,
+            "max_image_bytes": 4 * GiB, "max_image_pixels": 1_000_000_000, "deadline_ms": DEADLINE_MAX_MS,
+            "max_json_depth": 500, "max_detections": 1_000_000}
 
 
 class Limits(Frozen):
@@ -59,6 +85,9 @@ class Limits(Frozen):
                 continue
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
                 raise err(f"limit {key} must be a positive integer, got {value!r}", code=ec.LIMIT_INVALID)
+            if int(value) > CEILINGS[key]:
+                raise err(f"limit {key} must be at most {CEILINGS[key]:,}, got {_shown(value)}: a limit that large "
+                          "is no limit", code=ec.LIMIT_INVALID, limit=key, ceiling=CEILINGS[key])
             clean[key] = int(value)
         return self.replace(**clean)
 
@@ -80,8 +109,9 @@ class Limits(Frozen):
 def deadline_value(ms, err: type = InputError, what: str = "deadline_ms") -> int | float:
     """``ms`` as a deadline: a positive number of milliseconds (an int, a float or a numpy scalar;
     infinity is no deadline of its own, the watchdog then waits an hour at a time), returned as a
-    Python int or float; anything else, NaN, and an integer too large for a float (no clock could
-    add it) is ``err`` with ``limit_invalid``."""
+    Python int or float; anything else, NaN, and a deadline over ``DEADLINE_MAX_MS`` (a day:
+    infinity, ``1e300``, an integer too large for a float, which no clock could add, are no
+    deadline) is ``err`` with ``limit_invalid``."""
     kind = type(ms)
     if kind is not int and kind is not float:      # the usual case costs two type tests
         if isinstance(ms, bool) or not isinstance(ms, numbers.Real):
@@ -89,13 +119,17 @@ def deadline_value(ms, err: type = InputError, what: str = "deadline_ms") -> int
         ms = int(ms) if isinstance(ms, numbers.Integral) else float(ms)
     if not ms > 0:      # NaN is not either
         raise err(f"{what} must be a positive number, got {ms!r}", code=ec.LIMIT_INVALID)
-    if type(ms) is int and ms > _FLOAT_INT_MAX:
-        raise err(f"{what} must be a positive number a clock can add, got an integer of {ms.bit_length()} bits",
-                  code=ec.LIMIT_INVALID)
+    if ms > DEADLINE_MAX_MS:       # inf, 1e300, 2**1100: no deadline (and no clock adds the last)
+        raise err(f"{what} must be at most {DEADLINE_MAX_MS:,} ms (a day), got {_shown(ms)}",
+                  code=ec.LIMIT_INVALID, ceiling=DEADLINE_MAX_MS)
     return ms
 
 
-_FLOAT_INT_MAX = int(sys.float_info.max)
+def _shown(value) -> str:
+    """A refused value in a message: a huge integer by its size, never its thousand digits."""
+    if isinstance(value, numbers.Integral) and abs(int(value)) >= 10 ** 30:
+        return f"an integer of {int(value).bit_length()} bits"
+    return repr(value)
 
 
 DEFAULT_LIMITS = Limits()

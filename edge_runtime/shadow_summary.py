@@ -4,6 +4,7 @@ accuracy, latency; accumulated line by line) and ``verdict`` (the typed error th
 from __future__ import annotations
 
 import heapq
+import math
 from array import array
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,13 +22,34 @@ LOWER_IS_BETTER = ("score_diff",)   # figures whose worst is their largest (the 
 MIN_SAMPLES = {"p50": 2, "p99": 100}
 
 
+def sig(value: float, digits: int = 12) -> float:
+    """``value`` to ``digits`` significant digits: the float noise of a mean or an interpolated
+    percentile (0.045000000000000005) goes, and the text's cut toward the worse side (``cli_shadow._f``)
+    reads the figure, not the noise; a non-zero value never becomes 0 nor 1.0 short of its 12th digit.
+    Decimals did: ``round(x, 6)`` made a score_diff max of 4e-7 "0.0", a cosine min of 0.9999996 "1.0"
+    (as if B were A), and ``round(ms, 3)`` a latency of 0.0004 ms "0.0"."""
+    return float(f"{value:.{digits}g}")
+
+
 def _latency(values) -> dict:
     lat = np.asarray(values, dtype=float)
     if not lat.size:
         return {"n": 0, "p50": None, "p99": None, "mean": None, "few_samples_for": []}
-    return {"n": int(lat.size), "p50": round(float(np.percentile(lat, 50)), 3),
-            "p99": round(float(np.percentile(lat, 99)), 3), "mean": round(float(lat.mean()), 3),
+    return {"n": int(lat.size), "p50": sig(float(np.percentile(lat, 50))),
+            "p99": sig(float(np.percentile(lat, 99))), "mean": sig(math.fsum(lat.tolist()) / lat.size),
             "few_samples_for": [p for p, k in MIN_SAMPLES.items() if lat.size < k]}
+
+
+def _mean(values) -> float:
+    """The mean of the exactly rounded sum (``math.fsum``): its only error is the division's, where a
+    float sum over millions of inputs drifts."""
+    return sig(math.fsum(values) / len(values))
+
+
+def json_rate(num: int, den: int) -> float:
+    """A rate for the JSON document: ``floor_rate`` at 6 decimals, or as many as ``den`` has digits, so
+    that a non-zero count never reads 0.0 (1 of 2,000,000 is 0.0000005, not 0.0) nor one short of all 1.0."""
+    return floor_rate(num, den, max(6, len(str(int(den)))))
 
 
 def floor_rate(num: int, den: int, digits: int = 6) -> float:
@@ -236,17 +258,18 @@ class ShadowSummary:
                         f"(the first: {first}): left out of the accuracy, as eval skips them"}
 
     def to_dict(self) -> dict:
-        figs: dict[str, dict[str, Any]] = {k: {"mean": round(float(np.mean(v)), 6), "min": round(float(np.min(v)), 6),
-                    "p5": round(float(np.percentile(v, 5)), 6)} for k, v in self.figures.items() if v}
+        # full figures (``sig``: 12 significant digits, never decimals): min and max are the inputs' own values
+        figs: dict[str, dict[str, Any]] = {k: {"mean": _mean(v), "min": float(np.min(v)),
+                    "p5": sig(float(np.percentile(v, 5)))} for k, v in self.figures.items() if v}
         for k in LOWER_IS_BETTER:       # its worst tail is the top one: the low tail hid the largest drift
             if self.figures.get(k):
-                figs[k].update(p95=round(float(np.percentile(self.figures[k], 95)), 6),
-                               max=round(float(np.max(self.figures[k])), 6), worst="max")
+                figs[k].update(p95=sig(float(np.percentile(self.figures[k], 95))),
+                               max=float(np.max(self.figures[k])), worst="max")
         acc = None
         if self.labelled:
             scored_b = not self.unscored_b
-            acc = {"samples": self.labelled, "a": floor_rate(self.correct_a, self.labelled),
-                   "b": floor_rate(self.correct_b, self.labelled) if scored_b else None, "correct_a": self.correct_a,
+            acc = {"samples": self.labelled, "a": json_rate(self.correct_a, self.labelled),
+                   "b": json_rate(self.correct_b, self.labelled) if scored_b else None, "correct_a": self.correct_a,
                    "correct_b": self.correct_b if scored_b else None, "basis": "class ids (A's labels)"}
         note = self.accuracy_note
         if self.labelled and self.unscored_b:
@@ -254,7 +277,7 @@ class ShadowSummary:
                     f"class B's labels do not name once (a text either repeats, or none shared), so B's accuracy is "
                     f"not measured")
         return {"total": self.total, "compared": self.compared, "agree": self.agree,
-                "agreement": floor_rate(self.agree, self.compared) if self.compared else None, "kind": self.kind,
+                "agreement": json_rate(self.agree, self.compared) if self.compared else None, "kind": self.kind,
                 "agree_at": self.agree_at, "empty": self.empty, "mismatched": self.mismatched,
                 "truncated": {"a": self.truncated_a, "b": self.truncated_b, "one_side": self.truncated_one_side},
                 "both_failed": self.both_failed, "both_failed_differently": self.both_failed_differently,

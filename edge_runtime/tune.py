@@ -139,10 +139,12 @@ def tune(path, *, hardware=None, rounds: int = 3, batch: bool = True, progress=l
              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "here": host.host_record(hw),
              "static": static, "decision": decision, "rows": rows, "rounds": rounds,
              "probe_samples": len(probe.inputs), "seconds": round(time.perf_counter() - t0, 1)}
-    if save and seal:
+    if save and not seal:       # no seal, no key: said, never a save that silently did not happen
+        entry["cache_error"] = "the artifact's manifest carries no seal (the cache key)"
+    elif save:
         try:
             entry["cache_file"] = str(store(seal, hw, entry))
-        except OSError as exc:      # a read-only cache dir: the decision is returned, not kept
+        except OSError as exc:      # a read-only cache dir: the decision is returned, not kept (the CLI exits 4)
             entry["cache_error"] = f"{type(exc).__name__}: {exc}"
     return entry
 
