@@ -37,9 +37,10 @@ The package's inputs are checked at load against the tensors the task feeds (a
 ``ct.ImageType`` input is refused, ``input_contract_mismatch``); an output is
 cast to the manifest's dtype only where that keeps its values.
 
-The ``compute_units`` option reaches the session, not ``assess`` (which sees the
-device string only): ``device_for`` names the sub-device the options make, for a
-runtime that assesses the options it opens with.
+The ``compute_units`` option is not seen by ``assess`` (the device string only):
+``device_for`` names the sub-device the options make, and the runtime places
+the loaded choice for that sub-device (``selection.for_options``), so its tier,
+reason and device are those of the units that run.
 """
 
 from __future__ import annotations
@@ -263,8 +264,8 @@ class CoremlBackend(DeviceBackend):
         units = sub or "auto"     # ALL or the compute_units option: Core ML places ops
         asked = (sub or "all").upper()
         device = f"{self.name}:{units}"
-        # assessed from the device string only: a compute_units option is read when the session opens
-        # (its device, coreml:cpu_only, and allowed_units say what it allows); the reason says so
+        # assessed from the device string only: a loaded runtime re-assesses device_for(sub, options);
+        # without options (edge-infer devices, choose) the reason says the option may set other units
         unless = "" if sub else "; unless the compute_units option sets other units: the session's device names them"
         if facts["apple_silicon"]:
             if asked == "CPU_ONLY":

@@ -29,7 +29,7 @@ from .metrics import RuntimeMetrics
 from .records import Variant
 from .runtime_call import CallPath, has_non_finite  # noqa: F401 (has_non_finite: its public home was here)
 from .runtime_fork import track
-from .selection import choose, session_fallback
+from .selection import choose, for_options, session_fallback
 from .runtime_options import device_options_for, quota_threads
 from .runtime_tuned import not_applied, tuned_entry
 from .threads_fit import fit_threads
@@ -118,6 +118,8 @@ class Runtime(CallPath):
         # value is an InputError naming the valid ones) over the ones the converter measured and recorded
         self.device_options, self.runtime_provenance, self.recorded_options_ignored = \
             device_options_for(backend, self.choice.variant, device_options)
+        # placed for the device the options make (Core ML's compute_units), not the device string's
+        self.choice = for_options(self.choice, backend, self.hardware, self.device_options)
         self.threads_from_quota = quota_threads(self.hardware, backend, self.device_options, self.choice)
         if self.threads_from_quota:
             self.device_options = {**self.device_options, "threads": self.threads_from_quota["threads"]}

@@ -97,7 +97,7 @@ POLICY: tuple[tuple[Rule, ...], ...] = (
     (Rule("onnxruntime", "cpu", "onnx-int8 on a CPU with int8 dot products (VNNI/AMX/dotprod)",
           "ONNX Runtime's int8 kernels without int16 saturation", _int8_dot),),
     (Rule("onnxruntime", "cpu", "an int8 variant", "ONNX Runtime on the CPU", _not_float),
-     Rule("coreml", "cpu", "", "Core ML on an Intel Mac (CPU and GPU)")),
+     Rule("coreml", "cpu", "", "Core ML on the CPU: an Intel Mac (CPU and GPU), or compute units CPU_ONLY")),
     (Rule("tflite", "cpu", "", "LiteRT on a non-ARM CPU"),),
     (Rule("openvino", "cpu", "", "OpenVINO without AVX2"),),
     (Rule("onnxruntime", "cpu", "an onnx-fp32 (float) variant", "float, below every int8 path: run when tune "
@@ -243,6 +243,34 @@ def choose(variants: Sequence[dict], hardware: dict, device: str = "auto", stric
             (best, why), decided_by = picked, "measurement"
     return Choice(best["variant"], best["backend"], best["suitability"], table(rows, best), fallback,
                   decided_by, why)
+
+
+def for_options(choice: Choice, backend, hardware: dict, options: Mapping) -> Choice:
+    """``choice`` placed for the sub-device its validated ``options`` make, where the backend says
+    which (``device_for``: Core ML's ``compute_units=CPU_ONLY`` makes ``coreml:auto`` run
+    ``coreml:cpu_only``): ``choose`` saw the device string only, and its tier, reason and device
+    must be those of what runs. The chosen candidate row follows. A backend without
+    ``device_for`` (its options pick no other device), or options that make the same device:
+    ``choice`` as it was. Options that contradict the device asked for: the backend's
+    ``InputError``; a sub-device that cannot run here: ``DeviceError``."""
+    device_for = getattr(backend, "device_for", None)
+    if device_for is None:
+        return choice
+    sub = choice.suitability.device.partition(":")[2] or None
+    made = device_for(sub, dict(options))
+    if made == sub or (made is None and sub == "auto"):
+        return choice
+    target = choice.variant["target"]
+    suit = place(backend.family, backend.suitability(target, hardware, made), hardware, target)
+    if not suit.ok:
+        raise DeviceError(f"{backend.name} options {dict(options)} make device {suit.device}, which cannot run "
+                          f"here: {suit.reason}", code=ec.DEVICE_UNAVAILABLE)
+    old = choice.suitability
+    if (suit.device, suit.tier, suit.reason) == (old.device, old.tier, old.reason):
+        return choice
+    rows = [{**r, "score": suit.score, "tier": suit.tier, "device": suit.device, "reason": suit.reason,
+             "policy": suit.policy} if r.get("chosen") else r for r in choice.candidates]
+    return choice.replace(suitability=suit, candidates=rows)
 
 
 def same_device(promised: str, actual: str) -> bool:
