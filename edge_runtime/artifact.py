@@ -23,8 +23,22 @@ def sha256_file(path: str | os.PathLike) -> str:
     """The file's sha256, read into one reused buffer (``hashlib.file_digest``). Never through a
     memory map: a file truncated while it is hashed would kill the process with SIGBUS instead of
     failing the hash."""
+    return _hash_stamped(path)[0]
+
+
+Stamp = tuple[int, int, int, int, int]      # st_size, st_mtime_ns, st_ctime_ns, st_ino, st_dev
+
+
+def _stamp(st: os.stat_result) -> Stamp:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+def _hash_stamped(path: str | os.PathLike) -> tuple[str, Stamp]:
+    """The sha256 and the stamp of the very file hashed (``fstat`` of the open file, taken before
+    its first byte is read: a write during the hash, or a file swapped in after, changes it)."""
     with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+        stamp = _stamp(os.fstat(fh.fileno()))
+        return hashlib.file_digest(fh, "sha256").hexdigest(), stamp
 
 
 PARALLEL_HASH_BYTES = 8 << 20    # files at least this large are hashed side by side (hashlib drops the GIL)
@@ -163,8 +177,9 @@ def variant_files(manifest: dict, variant: dict) -> list[str]:
     return [rel for rel in manifest["files"] if rel not in others]
 
 
-def verify_files(art: Artifact, only: list[str] | None = None) -> None:
-    """sha256 and size of every listed file, or of ``only`` those."""
+def verify_files(art: Artifact, only: list[str] | None = None) -> dict[str, Stamp]:
+    """sha256 and size of every listed file, or of ``only`` those. Returns each file's stamp at
+    hash time (size, mtime, ctime, inode, device) for :func:`check_unchanged`."""
     wanted = None if only is None else set(only)
     todo: list[tuple[str, Path, dict]] = []
     for rel, entry in art.manifest["files"].items():
@@ -184,30 +199,52 @@ def verify_files(art: Artifact, only: list[str] | None = None) -> None:
                                 file=rel, code=ec.ARTIFACT_HASH_MISMATCH)
         todo.append((rel, p, entry))
     big = [p for _, p, e in todo if e["bytes"] >= PARALLEL_HASH_BYTES]
-    digests: dict[Path, str | OSError] = {}
+    digests: dict[Path, tuple[str, Stamp] | OSError] = {}
     if len(big) > 1 and (os.cpu_count() or 1) > 1:    # every file hashed before any is loaded, side by side
         from concurrent.futures import ThreadPoolExecutor
 
-        def one(p: Path) -> str | OSError:
+        def one(p: Path) -> tuple[str, Stamp] | OSError:
             try:
-                return sha256_file(p)
+                return _hash_stamped(p)
             except OSError as exc:
                 return exc
 
         with ThreadPoolExecutor(max_workers=min(len(big), os.cpu_count() or 1)) as pool:
             digests = dict(zip(big, pool.map(one, big)))
+    stamps: dict[str, Stamp] = {}
     for rel, p, entry in todo:                    # failures reported in manifest order
-        digest = digests.get(p)
+        done = digests.get(p)
         try:
-            if digest is None:
-                digest = sha256_file(p)
-            elif isinstance(digest, OSError):
-                raise digest
+            if done is None:
+                done = _hash_stamped(p)
+            elif isinstance(done, OSError):
+                raise done
         except OSError as exc:
             raise _unreadable(rel, exc) from None
+        digest, stamps[rel] = done
         if digest != entry["sha256"]:
             raise ArtifactError(f"sha256 mismatch: manifest {entry['sha256'][:12]}…, file {digest[:12]}…",
                                 file=rel, code=ec.ARTIFACT_HASH_MISMATCH)
+    return stamps
+
+
+def check_unchanged(art: Artifact, stamps: dict[str, Stamp]) -> None:
+    """Every file in ``stamps`` (what :func:`verify_files` returned) is still the one hashed: same
+    size, mtime, ctime, inode and device. A backend opens a model by path after the hash; a file
+    edited in place (through a hard link, by a build writing into the directory) or replaced
+    between the two ran bytes no hash had checked. Call it after the files were loaded. An
+    ``os.stat`` per file (a few µs): it catches a change the file system records, not one that
+    keeps every field (a write within the file system's timestamp tick that keeps the size)."""
+    for rel, stamp in stamps.items():
+        try:
+            now = _stamp(os.stat(os.path.join(art.root, rel)))     # rel: checked by safe_relpath at hash
+        except OSError as exc:
+            raise ArtifactError(f"file changed after it was hashed (it cannot be read now: "
+                                f"{exc.strerror or exc})", file=rel, code=ec.ARTIFACT_HASH_MISMATCH) from None
+        if now != stamp:
+            what = [name for name, a, b in zip(("size", "mtime", "ctime", "inode", "device"), stamp, now) if a != b]
+            raise ArtifactError(f"file changed after it was hashed ({', '.join(what)} differ): what was loaded "
+                                "is not what was verified", file=rel, code=ec.ARTIFACT_HASH_MISMATCH)
 
 
 def _unreadable(rel: str, exc: OSError) -> ArtifactError:
@@ -217,13 +254,15 @@ def _unreadable(rel: str, exc: OSError) -> ArtifactError:
 class BackgroundVerify:
     """``verify_files(art, files)`` on a daemon thread (hashlib releases the GIL on
     large buffers, so this overlaps a device's compile and warm-up); ``wait()``
-    returns its milliseconds or raises its ``ArtifactError``."""
+    returns its milliseconds or raises its ``ArtifactError``; ``stamps`` then holds what
+    :func:`check_unchanged` compares."""
 
     def __init__(self, art: Artifact, files: list[str]):
         import threading
 
         self._error: BaseException | None = None
         self._ms = 0.0
+        self.stamps: dict[str, Stamp] = {}     # each file's stamp at hash time, after wait()
         self._thread = threading.Thread(target=self._run, args=(art, list(files)), daemon=True,
                                         name="edge-verify")
         self._thread.start()
@@ -234,7 +273,7 @@ class BackgroundVerify:
         t0 = time.perf_counter()
         try:
             if files:
-                verify_files(art, files)
+                self.stamps = verify_files(art, files)
         except BaseException as exc:  # handed to wait()
             self._error = exc
         self._ms = (time.perf_counter() - t0) * 1000

@@ -156,6 +156,10 @@ def _check_tensors(bucket: dict, bwhere: str) -> None:
             raise ArtifactError(f"{bwhere} declares no {side}", file=MANIFEST_NAME, code=ec.MANIFEST_FIELD_INVALID)
     for k, tensor in enumerate(bucket["inputs"] + bucket["outputs"]):
         _check(tensor, _TENSOR, f"{bwhere}.tensor[{k}]")
+    # feeds are keyed by input name: a repeated one loaded and fed one array to both (a third input
+    # went unfed, or the warm-up failed unclearly). Outputs may share a name: they are matched by position
+    _unique([t["name"] for t in bucket["inputs"]], f"inputs of {bwhere} (bucket {bucket['name']!r})")
+    for tensor in bucket["inputs"] + bucket["outputs"]:
         if tensor["dtype"] not in DTYPES:
             raise ArtifactError(f"{bwhere}: unknown dtype {tensor['dtype']!r}", file=MANIFEST_NAME,
                                 code=ec.MANIFEST_FIELD_INVALID)

@@ -21,7 +21,7 @@ from edge_runtime.models import get_task
 from . import error_codes as ec
 from . import hardware as hw
 from . import tune_cache
-from .artifact import BackgroundVerify, load_artifact, variant_files, verify_files
+from .artifact import BackgroundVerify, check_unchanged, load_artifact, variant_files, verify_files
 from .errors import DeviceError, EdgeRuntimeError
 from .limits import DEFAULT_LIMITS, Limits
 from .measured_here import isa_note, tuned_summary
@@ -134,7 +134,7 @@ class Runtime(CallPath):
         # if any of them is corrupt too: an artifact is one snapshot
         t_verify = time.perf_counter()
         self.verified_files = variant_files(man, self.choice.variant)
-        verify_files(self.artifact, self.verified_files)
+        stamps = verify_files(self.artifact, self.verified_files)
         self.verify_ms = (time.perf_counter() - t_verify) * 1000
         rest = BackgroundVerify(self.artifact, [f for f in man["files"] if f not in set(self.verified_files)])
         self.variant = cast(Variant, self.choice.variant)
@@ -215,6 +215,8 @@ class Runtime(CallPath):
                         self._batched = all(c.batched for c in self.capabilities)
                 self._metrics.reset()       # the warm-up call is not traffic
             self.other_files_verify_ms = rest.wait()     # ArtifactError if another variant is corrupt
+            # every file is loaded now: one changed since its hash (edited in place, replaced) ran unverified
+            check_unchanged(self.artifact, {**stamps, **rest.stamps})
         except BaseException as exc:
             self.close()
             self._mark_failed_path(exc)
