@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from edge_runtime import error_codes as ec
-from edge_runtime import manifest as mf
 from edge_runtime.cli import main
 from edge_runtime.serve_types import InferRequest, ServeError, Tensor
 from factories import rewrite_manifest
@@ -159,30 +157,8 @@ def test_the_same_artifact_twice_has_no_limit_or_label_difference(make_artifact,
 NAME = "tiny-text-classification"
 
 
-@pytest.fixture
-def repo_core(tmp_path):
-    """A ``ServeCore`` over a repository of the tiny text classifier in ``versions``."""
-    from factories import make_artifact
-
-    from edge_runtime.serve_core import ServeCore, artifacts_in
-
-    made = []
-
-    def build(*versions: str):
-        root = tmp_path / f"repo{len(made)}"
-        for i, v in enumerate(versions):
-            art = make_artifact(root / f"{chr(97 + i)}-model", seed=i)
-            m = json.loads((Path(art) / "manifest.json").read_text())
-            m["model"]["version"] = v
-            (Path(art) / "manifest.json").write_bytes(mf.dumps(m))
-        core = ServeCore(artifacts_in(root), verify=False)
-        core.load_all()
-        made.append(core)
-        return core
-
-    yield build
-    for c in made:
-        c.close()
+# the served repository of versions: test_serve_hunt's fixture
+from test_serve_hunt import repo_core  # noqa: E402,F401  (a fixture: used by name)
 
 
 def _refused(core, model: str, version: str | None) -> ServeError:
