@@ -146,50 +146,62 @@ def _num(v) -> str:
     return repr(float(v)) if isinstance(v, float) else str(v)
 
 
-def _histogram(lines: list, name: str, labels: dict, snap: dict) -> None:
+def _histogram(rows: list, name: str, labels: dict, snap: dict) -> None:
     for bound, n in snap["buckets"]:
-        lines.append(f"{name}_bucket{_labels({**labels, 'le': _num(float(bound))})} {n}")
-    lines.append(f"{name}_sum{_labels(labels)} {_num(float(snap['sum']))}")
-    lines.append(f"{name}_count{_labels(labels)} {snap['count']}")
+        rows.append((f"{name}_bucket", {**labels, "le": _num(float(bound))}, n))
+    rows.append((f"{name}_sum", labels, float(snap["sum"])))
+    rows.append((f"{name}_count", labels, snap["count"]))
 
 
 def prometheus_text(snapshots) -> str:
-    """Snapshots of one or more runtimes in the text exposition format."""
+    """Snapshots of one or more runtimes (a dict, or any iterable of them) in the text exposition
+    format. Runtimes whose series carry the same labels (one model and version loaded twice: on two
+    devices, the errors, truncations, fallbacks and input lengths; on one device, every family) add
+    up into one series each: a scrape never holds a series twice (Prometheus keeps one of them and
+    drops the other runtime's figures)."""
     if isinstance(snapshots, dict):
         snapshots = [snapshots]
+    snapshots = list(snapshots)         # read once per family: a generator would feed only the first
     lines: list[str] = []
 
     def family(name, kind, help_text, emit):
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
+        rows: list = []
         for s in snapshots:
-            emit(s, {k: s["labels"][k] for k in ("model", "version") if k in s["labels"]})
+            emit(rows, s, {k: s["labels"][k] for k in ("model", "version") if k in s["labels"]})
+        merged: dict[tuple[str, str], float] = {}
+        for sample, labels, value in rows:
+            key = (sample, _labels(labels))
+            old = merged.get(key)
+            # counters and histograms add up; the one gauge (info, always 1) stays 1
+            merged[key] = value if old is None else max(old, value) if kind == "gauge" else old + value
+        lines.extend(f"{sample}{text} {_num(value)}" for (sample, text), value in merged.items())
 
     family("edge_runtime_info", "gauge", "The loaded model, its variant and the device it runs on.",
-           lambda s, base: lines.append(f"edge_runtime_info{_labels(s['labels'])} 1"))
+           lambda rows, s, base: rows.append(("edge_runtime_info", s["labels"], 1)))
 
-    def latency(s, base):
+    def latency(rows, s, base):
         for b, h in s["latency_seconds"].items():
-            _histogram(lines, "edge_runtime_inference_latency_seconds",
+            _histogram(rows, "edge_runtime_inference_latency_seconds",
                        {**base, "device": s["labels"].get("device", ""), "bucket": b}, h)
 
     family("edge_runtime_inference_latency_seconds", "histogram",
            "infer() latency per device and bucket, input received to result (successful calls).", latency)
     family("edge_runtime_input_length", "histogram",
            "Input length before truncation (tokens, pixels or elements): the drift signal.",
-           lambda s, base: _histogram(lines, "edge_runtime_input_length",
-                                      {**base, "unit": s["input_length"]["unit"]}, s["input_length"]))
+           lambda rows, s, base: _histogram(rows, "edge_runtime_input_length",
+                                            {**base, "unit": s["input_length"]["unit"]}, s["input_length"]))
 
-    def errors(s, base):
+    def errors(rows, s, base):
         for e in s["errors"]:
-            lines.append(f"edge_runtime_errors_total{_labels({**base, 'type': e['type'], 'code': e['code']})} "
-                         f"{e['count']}")
+            rows.append(("edge_runtime_errors_total", {**base, "type": e["type"], "code": e["code"]}, e["count"]))
 
     family("edge_runtime_errors_total", "counter", "Failed calls per error class and code.", errors)
     family("edge_runtime_truncated_total", "counter", "Inputs truncated to the largest bucket.",
-           lambda s, base: lines.append(f"edge_runtime_truncated_total{_labels(base)} {s['truncated']}"))
+           lambda rows, s, base: rows.append(("edge_runtime_truncated_total", base, s["truncated"])))
     family("edge_runtime_fallbacks_total", "counter", "Device fallbacks taken at load (reason in rt.info()).",
-           lambda s, base: lines.append(f"edge_runtime_fallbacks_total{_labels(base)} {len(s['fallbacks'])}"))
+           lambda rows, s, base: rows.append(("edge_runtime_fallbacks_total", base, len(s["fallbacks"]))))
     return "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -151,16 +152,24 @@ class CallPath:
             sess = self._sessions[k]
         except IndexError as exc:   # close() emptied the list after the check above (no lock per call)
             raise self._fail(exc, prepared) from None       # runtime_closed
-        remaining = t_end - time.perf_counter()
-        if remaining <= 0:
-            raise InferenceTimeout(f"deadline of {deadline} ms passed before the device call",
-                                   code=ec.INFERENCE_TIMEOUT, deadline_ms=deadline)
-        inline, cancellable = self._drive[k]
-        if inline:
-            outputs = self._run_inline(sess, prepared, t_end, deadline, cancellable)
-        else:
-            outputs = self._run_pooled(sess, prepared, remaining, deadline, cancellable)
-        return self._finish(outputs, prepared), prepared
+        try:
+            remaining = t_end - time.perf_counter()
+            if remaining <= 0:
+                raise InferenceTimeout(f"deadline of {deadline} ms passed before the device call",
+                                       code=ec.INFERENCE_TIMEOUT, deadline_ms=deadline)
+            inline, cancellable = self._drive[k]
+            if inline:
+                outputs = self._run_inline(sess, prepared, t_end, deadline, cancellable)
+            else:
+                outputs = self._run_pooled(sess, prepared, remaining, deadline, cancellable)
+            if type(outputs) is not dict and not isinstance(outputs, Mapping):     # a plugin session's bug
+                raise self._fail(TypeError(f"run returned {type(outputs).__name__}, not outputs by name"), prepared)
+            return self._finish(outputs, prepared), prepared
+        except EdgeRuntimeError:
+            # prepared, then failed on the device or after it: its length still feeds the drift histogram
+            # (a long input that times out is the drift worth seeing); a try costs nothing when nothing raises
+            self._metrics.length(prepared.length)
+            raise
 
     def _probe_call(self, raw):
         """``infer(raw)`` for a probe sample (verify, tune): ``(result, task output)``. Parity compares the
