@@ -76,9 +76,22 @@ def compare_classification(a: dict, b: dict) -> dict:
     margin = p_b_of_a - best_other
     top_a = pa.get(ca, 0.0) if ca is not None else 0.0
     return {"kind": "classification", "agree": bool(match), "top1_match": bool(match),
-            "margin": round(margin, 6), "margin_bound": bound, "score_a": round(top_a, 6),
-            "score_b": round(pb.get(cb, 0.0) if cb is not None else 0.0, 6),
-            "score_diff": round(abs(top_a - p_b_of_a), 6), "badness": round(-margin, 6)}
+            "margin": _sig(margin), "margin_bound": bound, "score_a": _sig(top_a),
+            "score_b": _sig(pb.get(cb, 0.0) if cb is not None else 0.0),
+            "score_diff": _sig(abs(top_a - p_b_of_a)), "badness": _bad(-margin)}
+
+
+def _sig(value: float, digits: int = 12) -> float:
+    """``value`` to ``digits`` significant digits (as the summary's ``shadow_summary.sig``), never to
+    fixed decimals: ``round(x, 6)`` wrote a score_diff of 4e-7 as 0.0 and a margin of -4e-7 (B flips)
+    as -0.0, a difference reported as none. A non-zero value never becomes 0 and keeps its sign."""
+    return float(f"{value:.{digits}g}")
+
+
+def _bad(value: float) -> float:
+    """The worst-N ranking key, unrounded (rounded, inputs 4e-7 apart tied and ranked by index); a
+    zero is +0.0 (``-margin`` of a margin of 0 wrote "-0.0")."""
+    return float(value) + 0.0
 
 
 def _cut(value: float, digits: int = 6) -> float:
@@ -112,7 +125,7 @@ def compare_embedding(a: dict, b: dict, agree_at: float) -> dict:
         return _mismatch("embedding", f"embedding sizes differ: A {x.size}, B {y.size}", agree_at)
     cos = _cosine(x, y)
     return {"kind": "embedding", "agree": cos >= agree_at, "cosine": _cut(cos), "agree_at": agree_at,
-            "badness": round(1.0 - cos, 6)}
+            "badness": _bad(1.0 - cos)}
 
 
 def compare_detection(a: dict, b: dict, agree_at: float) -> dict:
@@ -124,9 +137,9 @@ def compare_detection(a: dict, b: dict, agree_at: float) -> dict:
     r = detection_parity([ref], [cand])
     f1 = float(r["value"])
     miou = r.get("mean_iou")
-    out = {"kind": "detection", "agree": f1 >= agree_at, "f1": round(f1, 6), "mean_iou": miou,
+    out = {"kind": "detection", "agree": f1 >= agree_at, "f1": _cut(f1), "mean_iou": miou,
            "detections_a": len(ref.detections), "detections_b": len(cand.detections), "matched": r["matched"],
-           "agree_at": agree_at, "badness": round(1.0 - f1 + (0.0 if miou is None else (1.0 - miou) / 10), 6)}
+           "agree_at": agree_at, "badness": _bad(1.0 - f1 + (0.0 if miou is None else (1.0 - miou) / 10))}
     if not ref.detections and not cand.detections:
         out["empty"] = True         # no box on either side: they agree, on nothing (the summary says so)
     return out
@@ -142,7 +155,7 @@ def compare_segmentation(a: dict, b: dict, agree_at: float) -> dict:
         return _mismatch("segmentation", f"mask shapes differ: A {list(ma.shape)}, B {list(mb.shape)}", agree_at)
     share = float(np.mean(ma == mb))
     return {"kind": "segmentation", "agree": share >= agree_at, "pixel_agreement": _cut(share),
-            "agree_at": agree_at, "badness": round(1.0 - share, 6)}
+            "agree_at": agree_at, "badness": _bad(1.0 - share)}
 
 
 def compare_tensors(a: dict, b: dict, agree_at: float) -> dict:
@@ -158,7 +171,7 @@ def compare_tensors(a: dict, b: dict, agree_at: float) -> dict:
     cos = _cosine(np.concatenate([xa[k].astype(np.float64).ravel() for k in sorted(xa)]),
                   np.concatenate([xb[k].astype(np.float64).ravel() for k in sorted(xb)]))
     return {"kind": "tensors", "agree": cos >= agree_at, "cosine": _cut(cos), "agree_at": agree_at,
-            "badness": round(1.0 - cos, 6)}
+            "badness": _bad(1.0 - cos)}
 
 
 def compare_keypoints(a: dict, b: dict, agree_at: float) -> dict:
@@ -174,7 +187,7 @@ def compare_keypoints(a: dict, b: dict, agree_at: float) -> dict:
         span = float(np.max(pa.max(0) - pa.min(0))) or 1.0
         pck = float(np.mean(np.linalg.norm(pa - pb, axis=1) <= 0.05 * span))
     return {"kind": "keypoints", "agree": pck >= agree_at, "pck": _cut(pck), "agree_at": agree_at,
-            "badness": round(1.0 - pck, 6)}
+            "badness": _bad(1.0 - pck)}
 
 
 def compare(a: dict, b: dict, agree_at: float | None = None) -> dict:

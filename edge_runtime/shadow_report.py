@@ -41,11 +41,21 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _fmt(value: Any, digits: int = 4) -> str:
+def _fmt(value: Any, digits: int = 4, *, one: bool = False) -> str:
+    """A number as text: ``digits`` fixed decimals, except where they would show a non-zero value as
+    zero (a latency of 0.0004 ms as "0.000", a score diff of 4e-7 as "0.0000"): its significant digits
+    then ("0.0004", "4e-07"). ``one``: a figure whose 1 means "the same" (cosine, F1, agreement), where
+    0.99996 is never shown "1.0000" either (its own digits: "0.99996")."""
     if value is None:
         return "–"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        text = f"{value:.{digits}f}"
+        if value and math.isfinite(value) and float(text) != value:
+            if float(text) == 0.0:
+                return f"{value:.{digits}g}"
+            if one and abs(float(text)) == 1.0:
+                return repr(value)
+        return text
     return str(value)
 
 
@@ -175,12 +185,13 @@ def _worst_html(summary: dict) -> str:
         def side(s: dict) -> str:
             if not s.get("ok"):
                 return f'<span class="bad">error {_e(s.get("code"))}</span>'
-            score = f" ({s['score']:.3f})" if isinstance(s.get("score"), float) else ""
+            score = f" ({_fmt(s['score'], 3)})" if isinstance(s.get("score"), float) else ""
             return f"{_e(s.get('prediction'))}{score}"
 
         cmp = e.get("compare") or {}
         skip = ("kind", "agree", "agree_at", "margin_bound", "top1_match", "score_a", "score_b")
-        figs = ", ".join(f"{k.replace('_', ' ')} {_fmt(v)}" for k, v in cmp.items() if k not in skip and v is not None)
+        figs = ", ".join(f"{k.replace('_', ' ')} {_fmt(v, one=True)}" for k, v in cmp.items()
+                         if k not in skip and v is not None)
         inp = e.get("input")
         shown = _image_tag(inp) or f"<span>{_e(inp)}</span>"
         verdict = '<span class="ok">agree</span>' if e.get("agree") else '<span class="bad">differ</span>'

@@ -42,10 +42,9 @@ def tune(path, *, hardware=None, rounds: int = 3, batch: bool = True, progress=l
     # process that only looks up should not import the probe reader and verify (zipfile, ~5 ms)
     from . import hardware as hw_probe
     from .artifact import load_artifact
-    from .probe import read
     from .runtime import load
     from .selection import choose
-    from .verify import candidate_paths, same_options, verify_runtime
+    from .verify import candidate_paths, read_probe, same_options, verify_runtime
 
     t0 = time.perf_counter()
     kw = dict(load_kw or {})
@@ -62,7 +61,7 @@ def tune(path, *, hardware=None, rounds: int = 3, batch: bool = True, progress=l
     art, hw = first.artifact, first.hardware
     seal = art.manifest.get("manifest_sha256")
     first.close()
-    probe = read(art)
+    probe = read_probe(art)        # the bytes hashed are the bytes parsed (the load's hash came before)
     cands = candidate_paths(art, hw)
     progress(f"tune: up to {len(cands)} candidate path(s) (a hint resolving to a path already measured "
              f"runs once), {len(probe.inputs)} probe samples, {rounds} rounds")

@@ -12,7 +12,10 @@ the chosen path is under budget; ``load(verify=True)`` raises ``ParityError``.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
+import stat
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -21,8 +24,41 @@ import numpy as np
 
 from . import error_codes as ec
 from . import host
+from .artifact import _unreadable
 from .errors import ArtifactError, EdgeRuntimeError, InputError, ParityError
 from .probe import ProbeSet, read
+
+
+def read_probe(art) -> ProbeSet:
+    """``probe.read`` of ``art`` with each probe file read once, hashed, and those very bytes parsed: a
+    probe file hashed at load and read again later was used unverified when it changed in between."""
+    from types import SimpleNamespace
+
+    return read(SimpleNamespace(manifest=art.manifest, read_bytes=lambda rel: _read_once(art, rel)))
+
+
+def _read_once(art, rel: str) -> bytes:
+    """A listed file's bytes, returned only once they match the manifest's size and sha256."""
+    files = art.manifest["files"]
+    if not isinstance(rel, str) or rel not in files:
+        raise ArtifactError("file is not listed in the manifest (not pinned by a sha256)", file=str(rel),
+                            code=ec.ARTIFACT_FILE_UNLISTED)
+    entry, p = files[rel], art.path(rel)
+    try:        # O_NONBLOCK: a FIFO in the file's place is refused below, never waited on
+        with os.fdopen(os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)),
+                       "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise ArtifactError("not a regular file", file=rel, code=ec.ARTIFACT_FILE_INVALID)
+            data = fh.read(entry["bytes"] + 1)      # never more than one byte past the size pinned
+    except FileNotFoundError:
+        raise ArtifactError("file listed in the manifest is missing", file=rel, code=ec.ARTIFACT_FILE_MISSING) from None
+    except OSError as exc:
+        raise _unreadable(rel, exc) from None
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != entry["bytes"] or digest != entry["sha256"]:
+        raise ArtifactError(f"sha256 or size mismatch: manifest {entry['sha256'][:12]}… ({entry['bytes']} bytes), "
+                            f"file {digest[:12]}… ({len(data)} bytes read)", file=rel, code=ec.ARTIFACT_HASH_MISMATCH)
+    return data
 
 
 def _row_base(rt) -> dict:
@@ -50,7 +86,7 @@ def verify_runtime(rt, probe: ProbeSet | None = None, *, rounds: int = 1) -> dic
     pre/post-processing path), ``buckets`` (probes per bucket), ``unverified_buckets`` (the
     buckets no probe reached: their models did not run), ``ms`` (the whole verify)."""
     t0 = time.perf_counter()
-    probe = probe if probe is not None else read(rt.artifact)
+    probe = probe if probe is not None else read_probe(rt.artifact)
     if not probe.inputs:        # read() refuses it; a ProbeSet built elsewhere may still be empty
         raise ArtifactError("the probe set holds no sample: nothing to verify with", file=probe.section.get("inputs"),
                             code=ec.PROBE_INVALID)
@@ -284,7 +320,7 @@ def _verify_chosen(path, device, hardware, kw):
 
     rt = load(path, device=device, hardware=hardware, **kw)
     try:
-        probe = read(rt.artifact)
+        probe = read_probe(rt.artifact)
         chosen = verify_runtime(rt, probe)
         chosen.update(chosen=True, decided_by=rt.choice.decided_by)
         return chosen, rt.artifact, rt.hardware, rt.info(), probe
@@ -299,13 +335,11 @@ def _chosen_failed(path, device, hardware, exc: EdgeRuntimeError):
     from pathlib import Path
 
     from . import hardware as hw_probe
-    from .artifact import load_artifact, verify_files
+    from .artifact import load_artifact
 
     art = load_artifact(path, verify=False)
     hw = hardware if hardware is not None else hw_probe.detect_cached()
-    section = (art.manifest.get("probe") or {}) if isinstance(art.manifest.get("probe"), dict) else {}
-    verify_files(art, [f for f in (section.get("inputs"), section.get("reference")) if isinstance(f, str)])
-    probe = read(art)
+    probe = read_probe(art)         # each probe file read once: the bytes hashed are the bytes parsed
     chosen = {**_static_choice(art, hw, device), "device_options": {}, "chosen": True, "error": exc.to_dict(),
               "passed": False}
     if device not in (None, "auto"):
