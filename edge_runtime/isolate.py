@@ -42,7 +42,7 @@ from edge_runtime.devices.base import Capabilities, DeviceSession, SessionCrashe
 from . import error_codes as ec
 from .errors import InferenceTimeout
 from .isolate_pace import Pace
-from .isolate_process import WorkerProcesses, _reap, _signal_name
+from .isolate_process import WorkerProcesses, _reap, _signal_name, stderr_of
 from .isolate_worker import CTL_CANCELLED, CTL_STARTED, _child_entry, _layout, _views, _worker_main
 
 __all__ = ["IsolatedSession", "IsolatedWorker", "WorkerDied", "_child_entry", "_layout", "_reap", "_signal_name",
@@ -153,6 +153,7 @@ class IsolatedWorker(WorkerProcesses):
         ins, outs = self._views[idx]
         lost = None         # why the worker is gone, when it is
         answered = False
+        owed = False        # the worker owes this call an answer not read yet (it may hold it, or be running it)
         try:
             for name, view in ins.items():
                 view[...] = feeds[name]
@@ -160,6 +161,7 @@ class IsolatedWorker(WorkerProcesses):
                 raise TimeoutError("deadline passed before the call reached the worker; the worker was left running")
             self._seq += 1
             seq, pace = self._seq, self._pace[idx]
+            owed = True
             try:
                 conn.send(("run", idx, seq, t_end, pace.predict()))
             except (OSError, ValueError):   # died while idle (the OOM killer, a kill -9): the crash path below
@@ -167,6 +169,7 @@ class IsolatedWorker(WorkerProcesses):
             msg = None
             if lost is None:
                 msg, lost = self._answer(proc, conn, seq, cancel, t_end)
+                owed = False
                 if lost == "deadline" or (msg is not None and msg[0] != "late"):
                     pace.started()
             if lost is None:
@@ -182,7 +185,15 @@ class IsolatedWorker(WorkerProcesses):
                 if msg[0] == "err":
                     raise RuntimeError(f"{msg[1]}: {msg[2]}")
                 pace.ran(msg[1])
-                return {name: view.copy() for name, view in outs.items()}
+                # copies (the next call overwrites the block); an output that is not its block's dtype and shape
+                # came in the answer (None: the session returned none), for the runtime's output contract to judge
+                sent = msg[2] if len(msg) > 2 else {}
+                out = {}
+                for name, view in outs.items():
+                    arr = sent[name] if name in sent else view.copy()
+                    if arr is not None:
+                        out[name] = arr
+                return out
             self._reap(proc, conn)
             why = _signal_name(proc.returncode)
             if lost == "deadline":
@@ -191,17 +202,23 @@ class IsolatedWorker(WorkerProcesses):
                 raise RuntimeError("session is closed")
             when = "while idle, before" if lost == "idle" else "while"
             raise WorkerDied(f"the {self.backend_name} worker process died ({why}) {when} running bucket "
-                             f"{self.buckets[idx][1]['name']}; a new worker is starting")
+                             f"{self.buckets[idx][1]['name']}; a new worker is starting{stderr_of(proc)}")
         finally:
+            if owed and lost is None:
+                # left before the worker's answer (an exception out of the wait: KeyboardInterrupt): that answer
+                # would be read as the next call's, with its outputs. The worker is stopped instead
+                lost = "abandoned"
+                self._reap(proc, conn)
             with self._cv:
                 self._busy = False
                 if lost is not None:
                     if self.proc is proc:
                         self.proc = self.conn = None
                     why = _signal_name(proc.returncode)
-                    if lost != "deadline" and not self._closed:
+                    if lost not in ("deadline", "abandoned") and not self._closed:
                         self.crashes.append(why)
-                    self._last_death = "stopped at its call's deadline" if lost == "deadline" else why
+                    self._last_death = {"deadline": "stopped at its call's deadline",
+                                        "abandoned": "stopped: its call left before the answer"}.get(lost, why)
                     self._last_start_failed = False
                     self._strikes += 1
                     self._restart_later()

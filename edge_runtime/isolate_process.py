@@ -23,17 +23,79 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from . import error_codes as ec
-from .errors import DeviceError
+from .errors import ArtifactError, DeviceError, InputError
 from .isolate_worker import CTL_SIZE, _layout, _views, ctl_view
 
 _READY_TIMEOUT_S = 300.0
 _BACKOFF_S, _BACKOFF_MAX_S = 0.1, 5.0   # the delay before the 2nd, 3rd... restart in a row without an answer
 _CLOSE_WAIT_S = 30.0        # close(): how long the call in flight (and a restart) may take to end
 # A load that fails in the worker comes back as the exception's class name, message and code (classes do
-# not cross the pipe). The classes whose code the host keeps, by the name the worker sends: a backend's
-# own DeviceError says what is missing; anything else is the load failing (``device_load_failed``).
-_KEEPS_CODE: dict[str, type] = {cls.__name__: cls for cls in (DeviceError,)}
+# not cross the pipe). The classes the host raises again, with their code, by the name the worker sends: a
+# backend's own DeviceError says what is missing, its ArtifactError (a model file the backend refuses) and
+# InputError (options that disagree) are what they are in-process (not a device failure that load() would
+# fall back from); anything else is the load failing (``device_load_failed``).
+_KEEPS_CODE: dict[str, type] = {cls.__name__: cls for cls in (DeviceError, ArtifactError, InputError)}
 _CHILD_CODE = "from edge_runtime.isolate_worker import _child_entry; _child_entry()"
+
+
+class _StderrTail:
+    """A worker's stderr: passed on to the host's as it comes, its last bytes kept for the errors that
+    report the worker's death (a native abort's message: "free(): double free detected")."""
+
+    KEEP = 4096
+
+    def __init__(self, pipe) -> None:
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._pump, args=(pipe,), name="edge-runtime-worker-stderr",
+                                         daemon=True)
+        self._thread.start()
+
+    def _pump(self, pipe) -> None:
+        try:
+            fd = pipe.fileno()
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                with self._lock:
+                    self._buf += chunk
+                    del self._buf[:-self.KEEP]
+                try:
+                    while chunk:
+                        chunk = chunk[os.write(2, chunk):]
+                except OSError:
+                    pass
+        except (OSError, ValueError):
+            pass
+        finally:
+            pipe.close()
+
+    def wait(self, wait_s: float = 0.5) -> None:
+        """Until the worker's stderr closed and all of it was passed on (at most ``wait_s``)."""
+        self._thread.join(wait_s)
+
+    def text(self, wait_s: float = 0.5) -> str:
+        """The last lines written (up to ~500 characters), once the worker's stderr closed (or ``wait_s``)."""
+        self.wait(wait_s)
+        with self._lock:
+            lines = [ln.strip() for ln in bytes(self._buf).decode("utf-8", "replace").splitlines() if ln.strip()]
+        out: list[str] = []
+        for ln in reversed(lines):
+            if out and sum(map(len, out)) + len(ln) > 500:
+                break
+            out.insert(0, ln[-500:])
+        return " | ".join(out)
+
+
+_TAILS: "weakref.WeakKeyDictionary[subprocess.Popen, _StderrTail]" = weakref.WeakKeyDictionary()
+
+
+def stderr_of(proc: subprocess.Popen) -> str:
+    """``"; its stderr ended: ..."`` with a dead worker's last stderr lines, or ``""`` when it wrote none."""
+    tail = _TAILS.get(proc)
+    text = tail.text() if tail is not None else ""
+    return f"; its stderr ended: {text}" if text else ""
 
 
 def _signal_name(code: int | None) -> str:
@@ -96,7 +158,11 @@ class WorkerProcesses:
         self._last_death = ""           # the latest one, in words
         self._last_start_failed = False     # ... and whether it was a restart that failed
         self._backoff_until = 0.0       # while a restart waits out its back-off: when it starts loading
-        proc, conn, msg = self._start()
+        try:
+            proc, conn, msg = self._start()
+        except BaseException:
+            self._finalizer()       # now, not when the error (its traceback holds this object) is dropped
+            raise
         self.proc, self.conn = proc, conn
         self.devices, self.infos, self.fallbacks = msg[1], msg[2], msg[3]
 
@@ -104,8 +170,10 @@ class WorkerProcesses:
         """A new worker, loaded: ``(process, connection, its "ready" message)``. Runs without ``_cv``."""
         ours, theirs = socket.socketpair()
         proc = subprocess.Popen([sys.executable, "-c", _CHILD_CODE, str(theirs.fileno())],
-                                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
+                                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                close_fds=True)
         theirs.close()
+        _TAILS[proc] = _StderrTail(proc.stderr)
         parent = Connection(ours.detach())
         with self._cv:
             self._starting_proc = proc
@@ -126,7 +194,8 @@ class WorkerProcesses:
         except (EOFError, OSError):
             self._reap(proc, parent)
             raise DeviceError(f"the isolated {self.backend_name} worker died while loading "
-                              f"({_signal_name(proc.returncode)})", code=ec.DEVICE_WORKER_DIED) from None
+                              f"({_signal_name(proc.returncode)}){stderr_of(proc)}",
+                              code=ec.DEVICE_WORKER_DIED) from None
         except BaseException:
             self._reap(proc, parent)
             raise
@@ -135,8 +204,9 @@ class WorkerProcesses:
                 self._starting_proc = None
         if msg[0] == "error":
             self._reap(proc, parent)
-            raise DeviceError(f"{self.backend_name} could not load in its worker: {msg[1]}: {msg[2]}",
-                              code=msg[3] if msg[1] in _KEEPS_CODE and msg[3] else ec.DEVICE_LOAD_FAILED)
+            cls = _KEEPS_CODE.get(msg[1]) if msg[3] else None
+            raise (cls or DeviceError)(f"{self.backend_name} could not load in its worker: {msg[1]}: {msg[2]}",
+                                       code=msg[3] if cls else ec.DEVICE_LOAD_FAILED)
         return proc, parent, msg
 
     def _restart_later(self) -> None:
@@ -200,7 +270,7 @@ class WorkerProcesses:
             if starting_proc is not None and starting_proc.poll() is None:
                 starting_proc.kill()              # a restart under way stops now, not after its load
             # the call in flight ends by its own deadline; past this bound its worker is stopped under it
-            self._cv.wait_for(lambda: not self._busy, _CLOSE_WAIT_S)
+            in_flight = not self._cv.wait_for(lambda: not self._busy, _CLOSE_WAIT_S)
             proc, conn = self.proc, self.conn
             self.proc = self.conn = None
         if restarting is not None:
@@ -212,10 +282,13 @@ class WorkerProcesses:
                 pass
         if proc is not None:
             try:
-                proc.wait(2)
+                proc.wait(0 if in_flight else 2)    # one still running its call cannot read "close"
             except subprocess.TimeoutExpired:
                 pass
             self._reap(proc, conn)
+            tail = _TAILS.get(proc)
+            if tail is not None:
+                tail.wait(0.5)      # what it wrote last reaches the host's stderr before close() returns
         self._finalizer()
 
     def _reap(self, proc: subprocess.Popen, conn: Connection | None) -> None:
@@ -234,11 +307,13 @@ class WorkerProcesses:
                     proc.wait(5)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
+        # unlinked (gone from /dev/shm), never unmapped here: a call still in flight past close()'s bound (or
+        # a daemon thread's at exit) may yet read its views, and a view of an unmapped block is a segfault of
+        # the host. The mapping goes with the last reference to the blocks and their views.
         for shm in blocks:
             try:
-                shm.close()
                 shm.unlink()
-            except (FileNotFoundError, BufferError, OSError):
+            except (FileNotFoundError, OSError):
                 pass
 
 

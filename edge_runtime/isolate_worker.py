@@ -17,6 +17,11 @@ The worker refuses a call already past its deadline, or cancelled, with ``("late
 less time left than ``needs`` with ``("late", seconds left, needs)``, and stays ready for
 the next one; otherwise it marks the call started and answers ``("ok", run seconds)`` (``None`` for
 a bucket's first run in this worker: warm-up) or ``("err", class name, message)`` after the run.
+Outputs are written to the output block; one that is not the block's dtype and shape (a float for a
+quantized output, float16 for float32: the output contract accepts some) or missing comes in the answer
+instead, ``("ok", run seconds, {name: array or None})``, so the host sees what an in-process session
+returns. Every call gets exactly one answer while the worker lives: a host call that leaves without
+reading its answer stops the worker (``edge_runtime.isolate``), never leaving it for the next call.
 """
 
 from __future__ import annotations
@@ -123,13 +128,17 @@ def _worker_main(conn, backend_name, buckets, sub, options, provenance, shm_name
             result = sessions[idx].run(dict(ins))
             took = time.perf_counter() - t0 if idx in warm else None     # a bucket's first run here: warm-up
             warm.add(idx)
+            other: dict = {}        # what does not fit its block goes in the answer, judged by the host as in-process
             for name, view in outs.items():
+                if name not in result:
+                    other[name] = None
+                    continue
                 arr = np.asarray(result[name])
                 if arr.shape != view.shape or arr.dtype != view.dtype:
-                    raise ValueError(f"output {name!r} is {arr.dtype}{list(arr.shape)}, the manifest says "
-                                     f"{view.dtype}{list(view.shape)}")
-                view[...] = arr
-            conn.send(("ok", took))
+                    other[name] = arr
+                else:
+                    view[...] = arr
+            conn.send(("ok", took, other) if other else ("ok", took))
         except Exception as exc:  # noqa: BLE001
             conn.send(("err", type(exc).__name__, str(exc)))
     os._exit(0)     # no native teardown in the child: its crashes must not matter
