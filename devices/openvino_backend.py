@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_runtime.watchdog import WATCHDOG
+
 from .base import (Capabilities, DeviceBackend, DeviceSession, Option, Pool, Suitability, cache_options, check_io,
                    threads_option, writable_dir)
 # one Core per process, the fork refusal, the cache dir and the precision choice: openvino_core
@@ -61,6 +63,19 @@ class _Request:
 
     def __init__(self, req, bufs, outs, native):
         self.req, self.bufs, self.outs, self.native = req, bufs, outs, native
+
+
+def _cancel_jobs(g, again: bool = False) -> None:
+    """``run_many``'s watchdog hook, ``g`` = [queue (None once the batch is past its wait: a late hook must
+    not cancel the next batch), lock, fired]: cancels every job of the queue; ``again``: only if it fired."""
+    with g[1]:
+        if g[0] is not None and (g[2] or not again):
+            g[2] = True
+            for k in range(len(g[0])):
+                try:
+                    g[0][k].cancel()        # an idle request: a no-op
+                except Exception:
+                    pass
 
 
 class OpenVinoSession(DeviceSession):
@@ -216,11 +231,10 @@ class OpenVinoSession(DeviceSession):
     def run_many(self, feeds_list, timeout_s: float | None = None) -> list:
         """Run many feeds at once; one output dict or Exception per item, in order.
 
-        Items not yet started ``timeout_s`` after the start are not run and
-        come back as ``TimeoutError``; requests already running finish (at
-        most one inference per job past the deadline). Cancelling jobs inside
-        an ``AsyncInferQueue`` leaves it re-raising on later batches, so the
-        batch path never cancels; ``infer()`` does.
+        Items not started ``timeout_s`` after the start are not run: ``TimeoutError``. Running jobs get
+        one item's share more (``timeout_s / items``), then the watchdog cancels every job of the queue
+        (a hung device: ``start_async``/``wait_all`` have no bound); their items are ``TimeoutError`` and
+        the queue (which re-raises a cancel later) is replaced. ``timeout_s`` None: no deadline.
         """
         if self._closed:
             raise SessionClosed("session is closed")
@@ -229,7 +243,8 @@ class OpenVinoSession(DeviceSession):
         tp = self._throughput()
         results: list = [None] * len(feeds_list)
         names, idx = self._out_names, self._out_idx
-        t_end = None if timeout_s is None else time.perf_counter() + max(timeout_s, 0.0)
+        budget = timeout_s if timeout_s is not None and timeout_s > 0 else 0.0     # NaN: 0
+        t_end = None if timeout_s is None else time.perf_counter() + budget
 
         def done(req, i):
             results[i] = {n: req.get_output_tensor(j).data.copy() for n, j in zip(names, idx)}
@@ -237,26 +252,36 @@ class OpenVinoSession(DeviceSession):
         with tp[2]:  # one batch at a time per queue; infer() keeps its own requests
             queue = tp[1]
             queue.set_callback(done)
-            failed = None
-            late = False
-            for i, feeds in enumerate(feeds_list):
-                if t_end is not None and time.perf_counter() > t_end:
-                    late = True
-                    break
-                try:
-                    queue.start_async(feeds, userdata=i, share_inputs=True)
-                except Exception as exc:  # an earlier job failed; its error surfaces here
-                    failed = exc
-                    break
+            failed, late, stop = None, False, [queue, threading.Lock(), False]
+            if t_end is not None and feeds_list:     # one watchdog entry per batch, not per item
+                token, entry = WATCHDOG.arm(t_end + budget / len(feeds_list))
+                token.on_cancel(lambda: _cancel_jobs(stop))
             try:
-                queue.wait_all()
-            except Exception as exc:
-                failed = failed or exc
-            if failed is not None:
+                for i, feeds in enumerate(feeds_list):
+                    if t_end is not None and time.perf_counter() > t_end:
+                        late = True
+                        break
+                    try:
+                        queue.start_async(feeds, userdata=i, share_inputs=True)
+                    except Exception as exc:  # an earlier job failed or was cancelled; its error surfaces here
+                        failed = exc
+                        break
+                _cancel_jobs(stop, again=True)      # a job started while the hook ran: cancel it too
+                try:
+                    queue.wait_all()
+                except Exception as exc:
+                    failed = failed or exc
+            finally:
+                if t_end is not None and feeds_list:
+                    WATCHDOG.disarm(entry)
+                with stop[1]:
+                    stop[0] = None
+            if failed is not None or stop[2]:
                 self._drain_and_renew(tp)
         for i, r in enumerate(results):
             if r is None:
-                results[i] = TimeoutError("not started before the deadline") if late and failed is None else \
+                results[i] = TimeoutError("not done by the deadline: the jobs were cancelled") if stop[2] else \
+                    TimeoutError("not started before the deadline") if late and failed is None else \
                     RuntimeError(str(failed) if failed is not None else "request did not complete")
         return results
 
