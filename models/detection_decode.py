@@ -24,7 +24,8 @@ sizes); ``decode(arrays, params, input_hw)`` does the arithmetic.
   width, never by name (exports name them out of order).
 - ``ssd-postprocess``: the four outputs of ``TFLite_Detection_PostProcess``:
   boxes ``[1, K, 4]`` (ymin, xmin, ymax, xmax, normalised), classes ``[1, K]``,
-  scores ``[1, K]``, count ``[1]``; NMS already ran in the graph.
+  scores ``[1, K]``, count ``[1]``; NMS already ran in the graph (at the op's own IoU): the
+  runtime's NMS runs again only where asked (``nms_in_graph``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class Family:
     """A decode family: ``resolve`` checks and completes the parameters, ``decode`` does the arithmetic."""
 
     name = ""
+    # the graph ran NMS already (TFLite_Detection_PostProcess): the runtime does not run it again
+    # unless asked (postprocess ``rerun_nms``, or a per-call ``iou_threshold``)
+    nms_in_graph = False
 
     @staticmethod
     def resolve(outputs: list[dict], post: dict, input_hw) -> dict:
@@ -271,6 +275,7 @@ class Gfl(Family):
 @_family
 class SsdPostprocess(Family):
     name = "ssd-postprocess"
+    nms_in_graph = True
 
     @staticmethod
     def resolve(outputs, post, input_hw) -> dict:

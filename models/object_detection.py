@@ -215,6 +215,11 @@ class ObjectDetection(VisionTask):
         facts = resolve(inputs, outputs, post)
         stated = {k: v for k, v in post.items() if k not in ("family", "labels")}
         stated.update(check_thresholds({k: v for k, v in stated.items() if k in THRESHOLDS}, None, _mismatch))
+        if FAMILIES[facts["family"]].nms_in_graph:
+            # the graph's NMS is the model's answer; ours again only where an IoU was stated
+            stated.setdefault("rerun_nms", "iou_threshold" in stated)
+            if not isinstance(stated["rerun_nms"], bool):
+                raise TaskMismatch(f"postprocess rerun_nms must be true or false, got {stated['rerun_nms']!r}")
         return {**THRESHOLDS, **stated, "family": facts["family"], **facts["params"]}
 
     @classmethod
@@ -290,6 +295,9 @@ class ObjectDetection(VisionTask):
         except TaskMismatch as exc:
             raise ArtifactError(f"postprocess: {exc}", file="manifest.json", code=ec.MANIFEST_FIELD_INVALID) from None
         self.specs = {o["name"]: o for o in buckets[0]["outputs"]}
+        # a family whose graph ran NMS (ssd-postprocess): not again, unless the manifest asks (an
+        # artifact from before rerun_nms has none: the graph's NMS alone, as the model answers)
+        self.rerun_nms = not self.family.nms_in_graph or self.post.get("rerun_nms") is True
 
     def check_call_options(self, options: dict, limits) -> dict:
         return check_thresholds(options, getattr(limits, "max_detections", None), _err)
@@ -310,15 +318,22 @@ class ObjectDetection(VisionTask):
         boxes, scores, ids = self.family.decode(arrays, self.params, self.input_hw, floor)
         ok = np.flatnonzero(np.isfinite(scores) & (scores >= floor)
                             & (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]))
+        geo = meta.get("geometry")
+        if geo is not None and ok.size:     # a box with no pixel of the image (wholly in the letterbox padding
+            o = np.round(geo.to_original(boxes[ok]), 2)     # or off the input) clips to zero size: no detection
+            ok = ok[(o[:, 2] > o[:, 0]) & (o[:, 3] > o[:, 1])]
         if ok.size > MAX_CANDIDATES:
             ok = ok[np.argpartition(-scores[ok], MAX_CANDIDATES - 1)[:MAX_CANDIDATES]]
         boxes, scores, ids = boxes[ok], scores[ok], ids[ok]
         # NMS is greedy by score: a box under the threshold never suppresses one over it, so the
         # detections are those of NMS over the boxes >= threshold alone; the rest are near misses
-        keep = nms(boxes, scores, ids, float(th["iou_threshold"]), int(th["max_detections"]) + NEAR_MAX)
+        limit = int(th["max_detections"]) + NEAR_MAX
+        if self.rerun_nms or "iou_threshold" in (meta.get("options") or {}):
+            keep = nms(boxes, scores, ids, float(th["iou_threshold"]), limit)
+        else:       # NMS ran in the graph: its boxes as they are, best first
+            keep = np.argsort(-scores, kind="stable")[:limit]
         over = scores[keep] >= th["score_threshold"]
         main, near = keep[over][: int(th["max_detections"])], keep[~over][:NEAR_MAX]
-        geo = meta.get("geometry")
         dets, near_dets = (self._records(boxes[k], scores[k], ids[k], geo) for k in (main, near))
         counts: dict[str, float] = {}
         for d in dets:
