@@ -212,8 +212,16 @@ def read_labels(labels, label_offset: int, facts: dict, warnings: list) -> list[
         text = Path(labels).read_text(encoding="utf-8-sig")     # a byte-order mark is no part of the first label
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read labels file {labels}: {exc}", code=ec.IMPORT_LABELS_UNREADABLE) from None
-    names = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in text.splitlines()]
+    names = [ln for ln in lines if ln]
     indexed = _indexed_labels(names, Path(labels).name, warnings)
+    inner = [i + 1 for i, ln in enumerate(lines[:max((i for i, ln in enumerate(lines) if ln), default=0)]) if not ln]
+    if inner and indexed is names and classes is None and not argmax:
+        # no class count tells a stray newline from an unused id (ids from an in-graph postprocess): either
+        # reading would shift every label after it for the other
+        raise InputError(f"{Path(labels).name} has blank line(s) between names (line(s) "
+                         f"{', '.join(map(str, inner[:5]))}): each line is one class id, so every label after one "
+                         "would shift; write '???' for an unused id, or remove the line", code=ec.IMPORT_LABELS_MISMATCH)
     if indexed is not names and label_offset:
         raise InputError(f"{Path(labels).name} gives each label its id ('ID NAME' lines), so --label-offset "
                          f"{label_offset} would move every label off its id: drop --label-offset",

@@ -72,6 +72,7 @@ class Task:
     name: str = ""                         # the manifest's "task" and the registry key
     parity_metric: str = ""                # what compare() reports ("top1_agreement", "cosine_mean", ...)
     parity_best: float = 1.0               # compare()'s value for identical outputs
+    labels_inner_blanks: tuple[int, ...] | list[int] = ()   # read_labels: blank lines between names (1-based)
 
     # -- raw inputs ----------------------------------------------------------
     input_kind: str = "tensors"            # "text" | "image" | "tensors": the raw input prepare() takes (CLI flags)
@@ -249,9 +250,14 @@ class Task:
         except UnicodeDecodeError as exc:
             raise ArtifactError(f"labels file is not UTF-8 text ({exc}): save it as UTF-8", file=rel,
                                 code=ec.ARTIFACT_FILE_INVALID) from None
-        labels = [line.strip() for line in text.splitlines() if line.strip()]
+        lines = [line.strip() for line in text.splitlines()]
+        labels = [line for line in lines if line]
         if not labels:
             raise ArtifactError("labels file is empty", file=rel, code=ec.ARTIFACT_FILE_INVALID)
+        # blank lines between names: a stray newline, or an unused class id? A task that knows its class
+        # count tells them apart by the count; one that does not (an in-graph postprocess) must refuse
+        last = max(i for i, line in enumerate(lines) if line)
+        self.labels_inner_blanks = [i + 1 for i, line in enumerate(lines[:last]) if not line]
         dup = duplicate_labels(labels)
         if dup:     # import warned and recorded it; at every load it is only logged (info), not printed
             log.info("%s: %s", rel, describe_duplicates(dup))

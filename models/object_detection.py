@@ -288,6 +288,13 @@ class ObjectDetection(VisionTask):
         if labels is not None and classes is not None and len(labels) != classes:
             raise ArtifactError(f"{len(labels)} labels for {classes} classes", file=self.post.get("labels"),
                                 code=ec.ARTIFACT_LABELS_MISMATCH)
+        if labels is not None and classes is None and self.labels_inner_blanks:
+            # the class ids come from the graph (SSD's postprocess): no count says whether a blank line is an
+            # unused id or a stray newline, and reading past it would shift every label after it
+            raise ArtifactError(f"labels file has blank line(s) between names (line(s) "
+                                f"{', '.join(map(str, self.labels_inner_blanks[:5]))}): each line is one class id, "
+                                "so every label after one would shift; write '???' for an unused id, or remove it",
+                                file=self.post.get("labels"), code=ec.ARTIFACT_LABELS_MISMATCH)
         self.labels = labels or [str(i) for i in range(classes or 0)]
         try:
             self.thresholds = check_thresholds({k: self.post.get(k, v) for k, v in THRESHOLDS.items()}, None,
