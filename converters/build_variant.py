@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from edge_runtime.artifact import ArtifactWriter
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
-from edge_runtime.limits import DEFAULT_LIMITS
+from edge_runtime.limits import DEFAULT_LIMITS, Limits
 
 from . import parity
 from .base import BucketBuild, BucketIO, BuildContext, Converter
@@ -57,6 +57,22 @@ class Job:
     def task(self, buckets: list[dict]):
         """The task contract over ``buckets`` (its pre/post-processing, as the runtime will run it)."""
         return self.task_cls(self.draft, self.read, buckets)
+
+    @property
+    def limits(self) -> Limits:
+        """The input limits the artifact's runtime prepares under (:func:`artifact_limits`)."""
+        return artifact_limits(self.task_cls, self.req.limits)
+
+
+def artifact_limits(task_cls, limits: dict | None) -> Limits:
+    """The limits the artifact's runtime applies before any caller's: the defaults, the task
+    kind's, then the manifest's (the request's ``limits``), as ``Runtime`` merges them. Calibration,
+    parity and the probe set prepare every sample under them: under the defaults, a sample the
+    artifact refuses (a text over its ``max_text_chars``) was calibrated on, measured and written
+    into the probe set, which ``verify`` then refused, and a detector's ``max_detections`` cap was
+    not the runtime's. A limit the runtime would refuse is the caller's ``limit_invalid``/
+    ``limit_unknown`` here, not an artifact that cannot load."""
+    return DEFAULT_LIMITS.merged(task_cls.default_limits, source="manifest").merged(limits or None)
 
 
 def policy_fields(policy: dict, side: str) -> dict:
@@ -202,9 +218,10 @@ def _build_bucket(job: Job, converter: Converter, target: str, fb: Fp32Bucket, c
     # does not fit one can refuse some: counted, said in the record and warned of, never dropped
     # without a word (it was `except InputError: continue`). A float target is given none.
     prepared, index, unprepared, why = [], [], 0, ""
+    limits = job.limits
     for k, s in enumerate(calib if converter.quantizes else ()):
         try:
-            prepared.append(one.prepare(s, DEFAULT_LIMITS))
+            prepared.append(one.prepare(s, limits))
             index.append(k)
         except InputError as exc:
             unprepared += 1

@@ -12,7 +12,7 @@ from pathlib import Path
 from edge_runtime.artifact import sha256_file
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import EdgeRuntimeError, InputError
-from edge_runtime.limits import DEFAULT_LIMITS
+from edge_runtime.limits import Limits
 
 from .build_variant import Fp32Bucket, Job, Samples
 from .onnx_io import QDQ_MIN_OPSET, io_specs, static_dims, upgrade_opset
@@ -150,16 +150,16 @@ def split_samples(job: Job, task_ref, progress) -> Samples:
     files with the same pixels (a copy under another name, a ``.ipynb_checkpoints`` twin) are one
     sample, never one calibrated on and its twin "held out". What is left out is said in a
     warning and in ``parity.data``."""
-    req = job.req
+    req, limits = job.req, job.limits
     progress("loading calibration and held-out samples")
     cal = _pool(task_ref, _load_samples(job.task_cls, req.calibration, "--calibration"), "--calibration",
-                "calibration", progress)
+                "calibration", progress, limits)
     order = list(range(len(cal.samples)))
     random.Random(req.seed).shuffle(order)
     if req.parity_data:
         _not_the_calibration_path(req)
         par = _pool(task_ref, _load_samples(job.task_cls, req.parity_data, "--parity-data"), "--parity-data",
-                    "held-out parity", progress)
+                    "held-out parity", progress, limits)
         used = order[: req.max_calibration]
         calib = [cal.samples[i] for i in used]
         held, seen = _not_calibrated(par, {cal.keys[i] for i in used}, progress)
@@ -183,8 +183,9 @@ class _Pool:
     note: str           # what was left out, for the parity record ("" when nothing)
 
 
-def _pool(task, raws: list, option: str, what: str, progress) -> _Pool:
-    """``raws`` less the samples the task cannot prepare and the repeats of an input already
+def _pool(task, raws: list, option: str, what: str, progress, limits: Limits) -> _Pool:
+    """``raws`` less the samples the task cannot prepare (under the artifact's ``limits``: what
+    its runtime refuses is no sample) and the repeats of an input already
     kept (the same feeds in the same bucket: the same bytes under another name, or another
     encoding of the same pixels), with a warning for each kind; none usable is an InputError
     quoting why the first failed (as before). What the loader did not read (an image folder's
@@ -203,7 +204,7 @@ def _pool(task, raws: list, option: str, what: str, progress) -> _Pool:
     unusable, why, repeats = 0, None, 0
     for raw in raws:
         try:
-            prep = task.prepare(raw, DEFAULT_LIMITS)
+            prep = task.prepare(raw, limits)
         except EdgeRuntimeError as exc:
             unusable += 1
             why = why or exc.message
@@ -311,14 +312,14 @@ def _load_samples(task_cls, path, what: str) -> list:
     return samples
 
 
-def _usable(task, samples, what: str, first_only: bool = False) -> tuple[int, dict]:
+def _usable(task, samples, what: str, limits: Limits, first_only: bool = False) -> tuple[int, dict]:
     """How many samples the task can prepare for the model (what calibration and parity use),
     and the first one's feeds; none at all is an InputError quoting why the first failed."""
     n, why = 0, None
     first: dict | None = None
     for s in samples:
         try:
-            prep = task.prepare(s, DEFAULT_LIMITS)
+            prep = task.prepare(s, limits)
         except EdgeRuntimeError as exc:
             why = why or exc.message
             continue
@@ -340,7 +341,7 @@ def record_source(job: Job, source_info: dict, source: Path, src_inputs, src_out
               "inputs": src_inputs, "outputs": src_outputs}
     if source == Path(req.source):
         return record
-    _, feeds = _usable(job.task([job.fp32[0].spec]), samples.calib, "calibration", first_only=True)
+    _, feeds = _usable(job.task([job.fp32[0].spec]), samples.calib, "calibration", job.limits, first_only=True)
     check = _upgrade_check(job.work / "fp32_original.onnx", job.fp32[0].path, feeds)
     if not check["passed"]:
         raise InputError(f"{req.source}: the opset {opset} -> {QDQ_MIN_OPSET} upgrade changed the model's "

@@ -14,6 +14,7 @@ from edge_runtime.devices import registry
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import DeviceError, EdgeRuntimeError, InputError
 from edge_runtime.hardware import detect_cached
+from edge_runtime.limits import DEFAULT_LIMITS, Limits
 from edge_runtime.selection import choose
 from edge_runtime.verify import compares_nothing
 
@@ -32,6 +33,7 @@ class Reference:
     held: list              # held-out samples
     data: str               # what the held-out samples are, for the record
     min_parity: float | None
+    limits: Limits = DEFAULT_LIMITS   # what the artifact's runtime prepares under (build_variant.artifact_limits)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def measure_target(ref: Reference, target: str, converter: Converter, root: Path
             continue
         try:
             trials.append((opts, _judgeable(parity.measure(ref.task, ref.sessions, task_cand, cand_sessions,
-                                                           ref.held))))
+                                                           ref.held, ref.limits))))
         except EdgeRuntimeError:
             raise
         except Exception as exc:  # the toolchain built a model that does not run (TF's int8 DIV, say)
@@ -122,7 +124,7 @@ def _parity_elsewhere(converter: Converter, ref: Reference, task_cand, buckets, 
     sessions, label = stand_in.sessions, stand_in.label
     progress(f"{target}: {why}; measuring parity on the {label} instead")
     try:
-        par = parity.measure(ref.task, ref.sessions, task_cand, sessions, ref.held)
+        par = parity.measure(ref.task, ref.sessions, task_cand, sessions, ref.held, ref.limits)
     finally:
         for s in sessions:
             s.close()

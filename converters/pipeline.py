@@ -26,7 +26,7 @@ from edge_runtime.hardware import detect_cached
 from edge_runtime.host import host_record
 from edge_runtime.manifest import FORMAT, FORMAT_VERSION
 
-from .build_variant import Job, build_variant
+from .build_variant import Job, artifact_limits, build_variant
 from .convert_inputs import detector_preprocess, fix_static_shapes, record_source, split_samples, upgrade_source
 from .onnx_io import io_specs, read_source
 from .parity_trials import Reference
@@ -35,6 +35,7 @@ from .request import ConvertRequest, available_targets, check_recipe, check_requ
 
 def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
     check_request(req)
+    artifact_limits(task_of(req), req.limits)   # a limit its runtime would refuse: the caller's, before any work
     source_info = read_source(req.source)   # a TFLite, unparsable or already-quantized source: InputError
     check_recipe(req)
     targets, skipped = available_targets(req.targets, progress, allow_skip=req.allow_skip)
@@ -64,7 +65,7 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
         samples = split_samples(job, task_ref, progress)
         source_record = record_source(job, source_info, source, src_inputs, src_outputs, samples)
         with reference_sessions(job) as sessions:
-            reference = Reference(task_ref, sessions, samples.held, samples.data, req.min_parity)
+            reference = Reference(task_ref, sessions, samples.held, samples.data, req.min_parity, job.limits)
             probe = write_probe(job, reference, progress)
             variants = [build_variant(job, target, samples, reference, progress) for target in targets]
         manifest = _manifest(req, source_record, pre, post, variants, skipped, t_start)
@@ -138,7 +139,6 @@ def write_probe(job: Job, ref: Reference, progress) -> dict | None:
     (``probe_select``), with the fp32 source's results for them, written into the artifact;
     its manifest section."""
     from edge_runtime import probe
-    from edge_runtime.limits import DEFAULT_LIMITS
 
     from .probe_select import PER_BUCKET, pick, spread
 
@@ -152,10 +152,10 @@ def write_probe(job: Job, ref: Reference, progress) -> dict | None:
     for _ in range(4):
         # the byte cap keeps a prefix of the list: a list spread for 32 cut to its first 4 held 4
         # probes of one or two classes (digits: 0, 0, 0, 1); spread again over what the cap admits
-        picked = pick(ref.task, spread(list(ref.held), count), count, DEFAULT_LIMITS)
+        picked = pick(ref.task, spread(list(ref.held), count), count, ref.limits)
         results = []
         for raw in picked.raws:
-            prepared = ref.task.prepare(raw, DEFAULT_LIMITS)
+            prepared = ref.task.prepare(raw, ref.limits)
             results.append(ref.task.finish(ref.sessions[prepared.bucket].run(prepared.feeds), prepared))
         inputs, reference, section = probe.build(picked.raws, results, count=count,
                                                  max_bytes=job.req.probe_max_bytes, source=source)
