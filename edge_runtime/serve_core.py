@@ -290,17 +290,7 @@ class ServeCore(DynamicBatching):
         if self._batches_on(m) and options is None and len(items) < self.max_batch_items and \
                 not (m.inline is not None and m.inline.admits(len(items))):
             return await self._batched(m, items, t_end)
-        m.waiting += 1
-        try:
-            await m.sem.acquire()
-        finally:
-            m.waiting -= 1
-        m.running += 1
-        try:
-            return await self._call(m, items, t_end, options)
-        finally:
-            m.running -= 1
-            m.sem.release()
+        return await self._alone(m, items, t_end, options)       # its own slot, within its own deadline
 
     def _batches_on(self, m: _Model) -> bool:
         return m.batched and self.batch_delay_s > 0

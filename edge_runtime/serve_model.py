@@ -82,6 +82,7 @@ class _Job:
     future: asyncio.Future
     t_end: float                      # perf_counter deadline
     nbytes: int = 0                   # the items' size as the runtime counts it (task.request_bytes)
+    started: bool = False             # its batch took it (no longer queued)
 
 
 @dataclass
