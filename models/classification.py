@@ -17,6 +17,9 @@ import math
 
 import numpy as np
 
+from edge_runtime import error_codes as ec
+from edge_runtime.errors import ArtifactError
+
 from .results import Scores, TaskOutput
 
 
@@ -209,3 +212,16 @@ def source_softmax_outputs(source) -> list[str]:
         return softmax_outputs(onnx.load(str(source), load_external_data=False).graph)
     except Exception:
         return []
+
+
+def check_ranking(top_k, apply_softmax) -> None:
+    """``postprocess.top_k`` (absent or 0: every class) and ``softmax`` as the ranking reads them.
+    A top_k of -1 ranked all classes but the last (``order[:-1]``), "false" softmaxed the
+    probabilities again (a non-empty string is true) and "3" failed every call as
+    ``inference_failed``: a manifest's value, refused at load."""
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        raise ArtifactError(f"postprocess.top_k must be a whole number >= 0 (0: every class), not {top_k!r}",
+                            file="manifest.json", code=ec.MANIFEST_FIELD_INVALID)
+    if not isinstance(apply_softmax, bool):
+        raise ArtifactError(f"postprocess.softmax must be true or false, not {apply_softmax!r}",
+                            file="manifest.json", code=ec.MANIFEST_FIELD_INVALID)

@@ -19,7 +19,7 @@ from edge_runtime.limits import IMAGE_LIMITS
 
 from .base import (Prepared, Task, TaskMismatch, TaskOutput, classification_parity, classify,
                    preprocess_error, score_keys)
-from .classification import classify_values, code_table, source_softmax_outputs
+from .classification import check_ranking, classify_values, code_table, source_softmax_outputs
 from .image import _RESAMPLE, TensorPlan, _pixels, check_image_preprocess, input_plan, load_image_samples
 from .image_decode import _pil, bmp_bytes, decode_pixels, image_size
 
@@ -195,6 +195,7 @@ class ImageClassification(Task):
         self.keys = score_keys(self.labels)
         self.top_k = self.post.get("top_k", 5)
         self.apply_softmax = self.post.get("softmax", True)
+        check_ranking(self.top_k, self.apply_softmax)      # a manifest's -1 or "false" ranked wrongly, exit 0
         self.plan = input_plan(self.pre, self.input, channels)
         self.tensorize = TensorPlan(self.pre, self.input, channels, self.plan)
         self._input_name = self.input["name"]

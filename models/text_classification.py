@@ -6,7 +6,7 @@ from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError
 
 from .base import TaskOutput, classification_parity, classify, dequantize, score_keys
-from .classification import source_softmax_outputs
+from .classification import check_ranking, source_softmax_outputs
 from .text import TextTask, load_text_samples
 
 
@@ -36,6 +36,7 @@ class TextClassification(TextTask):
         self.keys = score_keys(self.labels)          # "label#index" for a repeated label
         self.top_k = self.post.get("top_k")
         self.apply_softmax = self.post.get("softmax", True)
+        check_ranking(self.top_k, self.apply_softmax)
 
     def finish(self, outputs, prepared) -> TaskOutput:
         spec = self.output_spec(self.output, prepared.bucket)

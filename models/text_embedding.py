@@ -63,7 +63,8 @@ class TextEmbedding(TextTask):
         self.output = self.post.get("output", "last_hidden_state")
         self.pooling = self.post.get("pooling", "mean")
         self.normalize = self.post.get("normalize", True)
-        specs = [o for b in buckets for o in b.get("outputs", []) if o.get("name") == self.output]
+        # an output the model lacks loaded, and then every call failed as "inference_failed": the artifact's
+        specs = [self.output_spec(self.output, i) for i in range(len(buckets))]
         why = _pooling_problem(self.pooling, self.normalize, len(specs[0]["shape"]) if specs else None)
         if why:
             raise ArtifactError(f"postprocess: {why}", file="manifest.json", code=ec.MANIFEST_FIELD_INVALID)
