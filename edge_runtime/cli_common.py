@@ -59,13 +59,18 @@ def _wants_json(ctx) -> bool:
     return False
 
 
-def _fail(ctx, exc: Exception):
+def _fail(ctx, exc: Exception, stdout_ok: bool = True):
     debug = ctx.find_root().params.get("debug")
     if debug:
         raise exc
-    if _wants_json(ctx):
-        click.echo(json.dumps({"error": error_dict(exc)}, default=str))     # one line: safe in a JSONL stream
-        sys.stdout.flush()
+    if _wants_json(ctx) and stdout_ok:
+        try:
+            click.echo(json.dumps({"error": error_dict(exc)}, default=str))     # one line: safe in a JSONL stream
+            sys.stdout.flush()
+        except OSError:         # stdout itself cannot be written: stderr's line still says what failed
+            stdout_ok = False
+    if not stdout_ok:
+        _drop_stdout()      # what is left in its buffer would fail again at exit, with a traceback
     if isinstance(exc, EdgeRuntimeError):
         click.echo(f"error [{exc.code}]: {one_line(exc.message)}", err=True)
         sys.exit(exc.exit_code)
@@ -81,28 +86,57 @@ def _guard(fn):
         ctx = click.get_current_context()
         try:
             out = fn(*args, **kwargs)
-            sys.stdout.flush()          # a closed pipe shows here, not in the interpreter's last flush
-            return out
         except BrokenPipeError:
             _reader_gone()
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:
+            if isinstance(exc, OSError) and _from_stdout(exc):
+                _fail(ctx, _stdout_error(exc), stdout_ok=False)
             _fail(ctx, exc)
+        try:
+            if sys.stdout is None:      # started with stdout closed (`>&-`): click printed nothing
+                raise OSError(9, "stdout is closed")
+            sys.stdout.flush()          # a closed pipe shows here, not in the interpreter's last flush
+        except BrokenPipeError:
+            _reader_gone()
+        except OSError as exc:          # a full disk (`> /dev/full`): the output is lost, so not exit 0
+            _fail(ctx, _stdout_error(exc), stdout_ok=False)
+        return out
 
     return wrapper
+
+
+def _from_stdout(exc: OSError) -> bool:
+    """Whether ``exc`` was raised by ``click.echo`` writing onto stdout (not by another file)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name == "echo" and tb.tb_frame.f_locals.get("file") is sys.stdout
+
+
+def _stdout_error(exc: OSError) -> InputError:
+    """The caller's stdout that cannot be written (``> /dev/full``, ``>&-``): an ``InputError`` (exit 2),
+    as for an ``-o`` that cannot be written."""
+    return InputError(f"cannot write the output <stdout>: {exc.strerror or exc}", code=ec.INPUT_INVALID,
+                      path="<stdout>")
 
 
 def _reader_gone():
     """stdout's reader left (``edge-infer infer ... | head -3``): no error line, no traceback at
     exit; the status a shell gives a command killed by SIGPIPE (141), so ``pipefail`` still sees it."""
+    _drop_stdout()
+    sys.exit(141)
+
+
+def _drop_stdout() -> None:
+    """stdout's fd onto /dev/null: the interpreter's last flush then fails on nothing."""
     import os
 
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except OSError:
+    except (OSError, AttributeError, ValueError):
         pass
-    sys.exit(141)
 
 
 class DebugAnywhereGroup(click.Group):
@@ -137,8 +171,35 @@ class LazyGroup(DebugAnywhereGroup):
             import importlib
 
             module, attr = self.lazy[name].split(":")
-            self.add_command(getattr(importlib.import_module(module, __package__), attr), name)
+            cmd = getattr(importlib.import_module(module, __package__), attr)
+            if type(cmd) is click.Command:
+                cmd.__class__ = SingleValueCommand      # adds no state: only refuses a repeated option
+            self.add_command(cmd, name)
         return super().get_command(ctx, name)
+
+
+class SingleValueCommand(click.Command):
+    """A command that refuses an option taking one value given twice with different values (``--text good
+    --text bad``, ``-o a -o b``, ``--letterbox --stretch``): click keeps the last one, silently dropping the
+    first. The same value twice (``--json --json``, ``--field f --field f``) loses nothing and is let through."""
+
+    def parse_args(self, ctx, args):
+        try:        # click's parser internals (8.1-8.5): should they change, click's own parse still runs
+            parser = self.make_parser(ctx)          # fresh option objects: each one's values all kept, in order
+            for o in {*parser._long_opt.values(), *parser._short_opt.values()}:
+                o.action = {"store": "append", "store_const": "append_const"}.get(o.action, o.action)
+            opts, _, order = parser.parse_args(args=list(args))
+        except click.UsageError:
+            raise
+        except Exception:       # not a usage error: the repeat check is skipped, never the command
+            return super().parse_args(ctx, args)
+        for p in dict.fromkeys(order):
+            if not isinstance(p, click.Option) or p.multiple or p.count or order.count(p) < 2:
+                continue
+            if len({repr(v) for v in opts.get(p.name or "", ())}) > 1:
+                raise click.UsageError(f"{' / '.join(p.opts + p.secondary_opts)} given more than once with "
+                                       "different values: give it once (click would keep only the last)", ctx=ctx)
+        return super().parse_args(ctx, args)
 
 
 def emit(data, as_json: bool, human) -> None:
@@ -206,3 +267,38 @@ def device_flags(*, require: bool = True, options: bool = True):
         return click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)(fn)
 
     return decorate
+
+
+class Finite(click.FloatRange):
+    """click's ``FloatRange`` without NaN or infinity: every comparison with NaN is false, so it passed any
+    range (``serve --drain-timeout nan`` crashed at start, ``score --max-error-rate nan`` never failed)."""
+
+    def convert(self, value, param, ctx):
+        import math
+
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
+
+
+class Fraction(Finite):
+    """A number in [0, 1]: click's ``FloatRange`` lets NaN through (every comparison with it is
+    false), so ``--min-agreement nan`` passed any agreement, 0 included, and ``--agree-at nan``
+    made every input disagree."""
+
+    name = "fraction"
+
+    def __init__(self) -> None:
+        super().__init__(0, 1)
+
+    def convert(self, value, param, ctx):
+        import math
+
+        rv = click.FloatRange.convert(self, value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a number in the range 0<=x<=1.", param, ctx)
+        return rv
+
+
+PORT = click.IntRange(0, 65535)     # bind() raised OverflowError (exit 1) on -1 or 70000

@@ -86,8 +86,8 @@ def eval_cmd(artifact, data, device, require_device, device_option, limit, min_a
 
 def _fraction(v: float | None) -> float | None:
     """--min-accuracy NaN: no accuracy is below it, so the gate would pass whatever was measured."""
-    if v is not None and v != v:
-        raise click.BadParameter("nan is no accuracy: give a fraction such as 0.97")
+    if v is not None and not 0 <= v <= 1:      # NaN fails this too; -1 passed every run, 97 failed every one
+        raise click.BadParameter(f"{v} is no accuracy: give a fraction in [0, 1] such as 0.97")
     return v
 
 

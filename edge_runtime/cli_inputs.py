@@ -16,7 +16,7 @@ from .limits import DEFAULT_LIMITS, Limits, json_depth
 def _limit_overrides(pairs) -> dict:
     """``--limit KEY=VALUE`` (repeatable): per-call limits, checked for syntax and known
     keys here and, once the artifact is loaded, never above its own limits."""
-    out = {}
+    out: dict[str, float] = {}
     known = sorted(Limits().to_dict())
     for pair in pairs or ():
         key, sep, value = pair.partition("=")
@@ -27,9 +27,13 @@ def _limit_overrides(pairs) -> dict:
         if key not in known:
             raise InputError(f"unknown limit {key!r} (valid keys: {', '.join(known)})", code=ec.LIMIT_UNKNOWN)
         try:
-            out[key] = int(value.strip())
+            number = int(value.strip())
         except ValueError:
             raise InputError(f"limit {key} must be a positive integer, got {value!r}", code=ec.LIMIT_INVALID) from None
+        if out.get(key, number) != number:      # the last one was kept: `=3` then `=100` dropped the lower, silently
+            raise InputError(f"--limit {key} given more than once with different values: give it once",
+                             code=ec.INPUT_INVALID)
+        out[key] = number
     Limits().merged(out)            # positive integers only
     return out
 

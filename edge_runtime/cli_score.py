@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .cli_common import _guard, device_flags, device_options
+from .cli_common import Fraction, _guard, device_flags, device_options
 from . import error_codes as ec
 from .errors import InputError
 
@@ -33,7 +33,7 @@ from .errors import InputError
 @click.option("--resume", is_flag=True, help="Continue an interrupted run after its last complete line; refused "
                                              "unless the output's job record matches this job.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output (not with --resume).")
-@click.option("--max-error-rate", type=click.FloatRange(0, 1),
+@click.option("--max-error-rate", type=Fraction(),
               help="Fail when (rejected + failed) / total is above this fraction (0..1).")
 @device_flags()
 @click.option("--deadline-ms", type=int, help="Per-input deadline.")

@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from . import error_codes as ec
-from .cli_common import _guard, device_flags, device_options
+from .cli_common import PORT, Finite, _guard, device_flags, device_options
 from .errors import DeviceError, InputError
 
 
@@ -64,8 +64,8 @@ def _say(line: str) -> None:
                                                       "manifest.json), instead of ARTIFACT...")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind. Anything but loopback needs --token (or --insecure).")
-@click.option("--port", default=8000, show_default=True, type=int, help="HTTP port (0: a free one).")
-@click.option("--grpc-port", type=int, default=8001, show_default=True,
+@click.option("--port", default=8000, show_default=True, type=PORT, help="HTTP port (0: a free one).")
+@click.option("--grpc-port", type=PORT, default=8001, show_default=True,
               help="gRPC port (0: a free one); served when grpcio is installed.")
 @click.option("--no-grpc", is_flag=True, help="Serve HTTP only.")
 @click.option("--token", envvar="EDGE_INFER_TOKEN", help="Require 'Authorization: Bearer TOKEN' (also from "
@@ -76,14 +76,14 @@ def _say(line: str) -> None:
               help="Requests running at once per model.")
 @click.option("--max-queue", default=64, show_default=True, type=click.IntRange(0),
               help="Requests waiting per model; beyond in-flight + queue the answer is 429.")
-@click.option("--batch-delay-ms", default=1.0, show_default=True, type=click.FloatRange(0),
+@click.option("--batch-delay-ms", default=1.0, show_default=True, type=Finite(0),
               help="Dynamic batching window for backends with a batch path (OpenVINO); 0 turns it off.")
 @click.option("--max-body-bytes", default=8 * 1024 * 1024, show_default=True, type=click.IntRange(1),
               help="Largest HTTP request body; a larger Content-Length is refused (413) unread.")
-@click.option("--read-timeout", default=10.0, show_default=True, type=click.FloatRange(0.01),
+@click.option("--read-timeout", default=10.0, show_default=True, type=Finite(0.01),
               help="Seconds the request head (line and headers), and then its whole body, may each take "
                    "to arrive (408 after).")
-@click.option("--drain-timeout", default=30.0, show_default=True, type=click.FloatRange(0),
+@click.option("--drain-timeout", default=30.0, show_default=True, type=Finite(0),
               help="Seconds in-flight requests may take to finish after SIGTERM/SIGINT.")
 @click.option("--no-verify", is_flag=True, help="Skip the probe-set check on this machine at load.")
 @click.option("--no-inline", is_flag=True, help="Run every model call on the thread pool (by default a model "

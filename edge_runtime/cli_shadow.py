@@ -9,27 +9,8 @@ from pathlib import Path
 
 import click
 
-from .cli_common import _guard, emit
+from .cli_common import Fraction, _guard, emit
 from .cli_score import _fields_read, error_json, exit_with
-
-
-class Fraction(click.FloatRange):
-    """A number in [0, 1]: click's ``FloatRange`` lets NaN through (every comparison with it is
-    false), so ``--min-agreement nan`` passed any agreement, 0 included, and ``--agree-at nan``
-    made every input disagree."""
-
-    name = "fraction"
-
-    def __init__(self) -> None:
-        super().__init__(0, 1)
-
-    def convert(self, value, param, ctx):
-        import math
-
-        rv = super().convert(value, param, ctx)
-        if not math.isfinite(rv):
-            self.fail(f"{value!r} is not a number in the range 0<=x<=1.", param, ctx)
-        return rv
 
 
 @click.command("diff")

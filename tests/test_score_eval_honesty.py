@@ -386,12 +386,13 @@ def test_eval_min_accuracy_says_why(text_art, tmp_path):
     tsv = tmp_path / "data.tsv"
     tsv.write_text("good\tpositive\nbad\tnegative\nthe movie\tpositive\ngreat\tnegative\n")
     rep = json.loads(run("eval", text_art, tsv, "--json").stdout)
-    res = run("eval", text_art, tsv, "--min-accuracy", "1.01")
+    assert rep["accuracy"] < 1          # a gate of 1 fails it (over 1 is no accuracy: refused, exit 2)
+    res = run("eval", text_art, tsv, "--min-accuracy", "1")
     assert res.exit_code == 1
     msg = one_error(res, "eval_below_min_accuracy")
-    assert f"accuracy {rep['accuracy']:.4f} ({rep['correct']}/4)" in msg and "--min-accuracy 1.01" in msg
+    assert f"accuracy {rep['accuracy']:.4f} ({rep['correct']}/4)" in msg and "--min-accuracy 1" in msg
     assert res.stdout.startswith("accuracy ")                                    # the report still printed
-    res = run("eval", text_art, tsv, "--min-accuracy", "1.01", "--json")
+    res = run("eval", text_art, tsv, "--min-accuracy", "1", "--json")
     assert res.exit_code == 1 and json.loads(res.stdout)["error"]["code"] == "eval_below_min_accuracy"
     assert run("eval", text_art, tsv, "--min-accuracy", "0").exit_code == 0
 
