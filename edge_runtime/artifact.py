@@ -241,10 +241,25 @@ def check_unchanged(art: Artifact, stamps: dict[str, Stamp]) -> None:
         except OSError as exc:
             raise ArtifactError(f"file changed after it was hashed (it cannot be read now: "
                                 f"{exc.strerror or exc})", file=rel, code=ec.ARTIFACT_HASH_MISMATCH) from None
-        if now != stamp:
+        # written again with the same bytes (coremltools rewrites an .mlpackage's Manifest.json in place each
+        # time it opens the package) is the verified file still: hashed again only when the stamp moved
+        if now != stamp and not _same_bytes(art, rel):
             what = [name for name, a, b in zip(("size", "mtime", "ctime", "inode", "device"), stamp, now) if a != b]
-            raise ArtifactError(f"file changed after it was hashed ({', '.join(what)} differ): what was loaded "
-                                "is not what was verified", file=rel, code=ec.ARTIFACT_HASH_MISMATCH)
+            raise ArtifactError(f"file changed after it was hashed ({', '.join(what)} differ, and so do its "
+                                "bytes): what was loaded is not what was verified", file=rel,
+                                code=ec.ARTIFACT_HASH_MISMATCH)
+
+
+def _same_bytes(art: Artifact, rel: str) -> bool:
+    """A file written since its hash still holds the manifest's bytes: a vendor that rewrites what it
+    read (coremltools writes an ``.mlpackage``'s ``Manifest.json`` back when it opens the package)
+    changed no byte of it. Hashed again only then. An edit undone before this look (the bytes read in
+    between were others) is not seen: the bytes now are the ones verified."""
+    entry = art.manifest["files"].get(rel) or {}
+    try:
+        return _hash_stamped(os.path.join(art.root, rel))[0] == entry.get("sha256")
+    except OSError:
+        return False
 
 
 def _unreadable(rel: str, exc: OSError) -> ArtifactError:
