@@ -166,7 +166,12 @@ def parse_device(device: str | None) -> tuple[str | None, str | None]:
     """``"auto"`` → (None, None); ``"onnxruntime:cuda:1"`` → ("onnxruntime", "cuda:1")."""
     if not device or device == "auto":
         return None, None
-    name, _, sub = device.partition(":")
+    name, sep, sub = device.partition(":")
+    if sep and (not name or any(not part for part in sub.split(":"))):
+        # "onnxruntime:" or "fake::": an empty part is no device (it read as the backend's default, or
+        # was handed on to the backend as it was); the caller meant something, so it is refused
+        raise DeviceError(f"device {device!r} has an empty part: write BACKEND or BACKEND:DEVICE "
+                          "(`edge-infer devices` lists them)", code=ec.DEVICE_UNKNOWN)
     return name, (sub or None)
 
 
