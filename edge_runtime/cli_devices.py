@@ -3,7 +3,8 @@
 - ``devices [--json] [--artifact DIR] [--device D]``: the hardware found, the
   backend packages present, every backend's score per target and, for an
   artifact, the full candidate table: which variant and device would be
-  chosen and why (nothing is loaded or run).
+  chosen and why (nothing is loaded or run); without an artifact, ``--device``
+  places that device for each target of its backend.
 - ``doctor [--json]``: for the hardware found, what is missing and the exact
   install step (printed, never run). ``devices`` exits 4 when the artifact could not
   run with the device asked for. ``doctor`` exits 1 when an accelerator here goes
@@ -87,6 +88,18 @@ def backend_scores(hw: dict) -> dict:
     return out
 
 
+def forced_device(hw: dict, device: str) -> dict:
+    """Without an artifact: the device asked for, placed for each target of its backend (device_unknown
+    when it is no device at all). Before, ``devices --device X`` ignored X and exited 0."""
+    from .devices import registry
+    from .selection import known_device, place
+
+    name, sub = known_device(device)
+    b = registry.get_backend(name)
+    rows = {t: vars(place(b.family, b.suitability(t, hw, sub), hw, t)) for t in b.targets}
+    return {"device": device, "backend": name, "suitability": rows, "runs": any(r["score"] for r in rows.values())}
+
+
 def artifact_choice(path, hw: dict, device: str = "auto", strict: bool = False) -> dict:
     """Which variant and device ``load(path, device)`` would pick here, and the full candidate table."""
     from .artifact import load_artifact
@@ -132,6 +145,11 @@ def _print_devices(d: dict) -> None:
             click.echo(f"  {name}: {b['error']}")
         for t, s in b.get("suitability", {}).items():
             click.echo(f"  {name:<14} {t:<12} {s['score']:>3}  {s['device']}: {s['reason']}")
+    f = d.get("device")
+    if f:
+        click.echo(f"device {f['device']}: " + ("can run here" if f["runs"] else "cannot run here"))
+        for t, s in f["suitability"].items():
+            click.echo(f"  {t:<12} {s['score']:>3}  {s['device']}: {s['reason']}")
     a = d.get("artifact")
     if a:
         click.echo(f"artifact {a['path']} ({a['model']} v{a['version']}; variants {', '.join(a['targets'])}), "
@@ -170,7 +188,9 @@ def devices(artifact, device, require_device, as_json):
     """Hardware found, backend packages present, and (with --artifact) the device choice and why.
 
     Nothing is loaded or run; the artifact's files are checked (sha256) as load would check them.
-    Exit 4 when the artifact could not run on the device asked for, 3 when it is corrupt.
+    Exit 4 when the artifact could not run on the device asked for, 3 when it is corrupt. Without
+    --artifact, --device places that device for each target of its backend (exit 4 for a name that is
+    no device, and with --require-device when it runs none here).
 
     \b
     Examples:
@@ -182,11 +202,14 @@ def devices(artifact, device, require_device, as_json):
     data = {"hardware": hw, "backends": backend_scores(hw)}
     if artifact:
         data["artifact"] = artifact_choice(artifact, hw, device, require_device)
+    elif device != "auto":
+        data["device"] = forced_device(hw, device)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
     else:
         _print_devices(data)
-    if artifact and data["artifact"]["error"]:     # as `infer` would: exit 4, the device error
+    if (artifact and data["artifact"]["error"]) or \
+            (require_device and "device" in data and not data["device"]["runs"]):    # as `infer` would: exit 4
         sys.stdout.flush()
         click.get_current_context().exit(DeviceError.exit_code)
 

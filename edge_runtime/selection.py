@@ -164,8 +164,12 @@ def check_targets(targets: list[str]) -> dict[str, list[str]]:
 
 def parse_device(device: str | None) -> tuple[str | None, str | None]:
     """``"auto"`` → (None, None); ``"onnxruntime:cuda:1"`` → ("onnxruntime", "cuda:1")."""
-    if not device or device == "auto":
+    if device is None or device == "auto":
         return None, None
+    if not device:
+        # "" is no device: an unset variable or an empty option, not a wish for "auto"
+        raise DeviceError("device '' is empty: write auto, BACKEND or BACKEND:DEVICE (`edge-infer devices` lists "
+                          "them)", code=ec.DEVICE_UNKNOWN)
     name, sep, sub = device.partition(":")
     if sep and (not name or any(not part for part in sub.split(":"))):
         # "onnxruntime:" or "fake::": an empty part is no device (it read as the backend's default, or
@@ -175,6 +179,23 @@ def parse_device(device: str | None) -> tuple[str | None, str | None]:
     return name, (sub or None)
 
 
+def known_device(device: str | None) -> tuple[str | None, str | None]:
+    """``parse_device``, and the backend and sub-device checked against the registry: a name that is no
+    device on any machine is ``device_unknown`` (one that this host lacks is placed, and may fall back)."""
+    want_backend, want_sub = parse_device(device)
+    if want_backend is not None and want_backend not in registry.available_backends():
+        raise DeviceError(f"unknown device {device!r} (backends: {', '.join(registry.available_backends())})",
+                          code=ec.DEVICE_UNKNOWN)
+    if want_sub is not None:
+        try:
+            registry.get_backend(want_backend).parse_device(want_sub)
+        except ValueError as exc:
+            # a sub-device outside the backend's fixed vocabulary ("openvino:warp", "onnxruntime:ｃｐｕ") is a
+            # typo on every machine: it fell back to another device with only a warning, and exit 0
+            raise DeviceError(f"{exc}: `edge-infer devices` lists them", code=ec.DEVICE_UNKNOWN) from None
+    return want_backend, want_sub
+
+
 def rank(variants: Sequence[dict], hardware: dict, device: str = "auto", target: str | None = None) -> list[dict]:
     """Every (variant, backend) pair placed for ``hardware``; the forced backend also with its default device.
 
@@ -182,10 +203,7 @@ def rank(variants: Sequence[dict], hardware: dict, device: str = "auto", target:
     manifest, the tie-break) and ``forced`` (this row is the device asked for).
     """
     known = check_targets([v["target"] for v in variants])
-    want_backend, want_sub = parse_device(device)
-    if want_backend is not None and want_backend not in registry.available_backends():
-        raise DeviceError(f"unknown device {device!r} (backends: {', '.join(registry.available_backends())})",
-                          code=ec.DEVICE_UNKNOWN)
+    want_backend, want_sub = known_device(device)
     rows = []
     for order, variant in enumerate(variants):
         if target and variant["target"] != target:

@@ -101,7 +101,11 @@ class FakeBackend(DeviceBackend):
         Option("perturb", float, 0.0, "add Gaussian noise of this scale to float outputs", minimum=0),
     )
 
+    devices = ("cpu", "gpu")
+
     def assess(self, target, hardware, sub, forced, facts) -> Suitability:
+        if sub == "gpu":        # a device the backend knows and this host lacks: forcing it falls back
+            return Suitability(None, "fake:gpu", "no fake GPU on this host")
         return Suitability("cpu", "fake:cpu", "numpy reference backend")
 
     def open(self, model_path, bucket, sub, options):

@@ -158,3 +158,20 @@ def test_doctor_prints_and_never_runs(on_board, monkeypatch):
     r = run("doctor")
     assert r.exit_code == 1 and "install (not run; copy and run it yourself):" in r.output
     assert "MISSING: NVIDIA Jetson AGX Orin Developer Kit" in r.output
+
+
+def test_devices_without_an_artifact_places_the_device_asked_for(on_board):
+    # `devices --device X` without --artifact ignored X and exited 0, whatever X was
+    on_board("x86")
+    r = run(*["devices", "--json", "--device", "onnxruntime:cuda"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)["device"]
+    assert d["backend"] == "onnxruntime" and not d["runs"]
+    assert "not in this onnxruntime build" in d["suitability"]["onnx-int8"]["reason"]
+    r = run(*["devices", "--device", "onnxruntime:cuda", "--require-device"])
+    assert r.exit_code == 4 and "device onnxruntime:cuda: cannot run here" in r.output, r.output
+    r = run(*["devices", "--device", "fake", "--require-device"])
+    assert r.exit_code == 0 and "device fake: can run here" in r.output, r.output
+    for bad in ("onnxruntime:warp", "warp-drive", ""):
+        r = run("devices", "--device", bad)
+        assert r.exit_code == 4 and ("unknown" in r.output or "empty" in r.output), (bad, r.output)

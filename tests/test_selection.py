@@ -68,7 +68,6 @@ def test_int8_dot_breaks_the_cpu_tie(tmp_path):
     ("coral-usb", "edgetpu:pci", "no Edge TPU 'pci'"),
     ("jetson-orin-cpu-onnxruntime", "onnxruntime:tensorrt", "not in this onnxruntime build"),
     ("x86", "onnxruntime:cuda", "not in this onnxruntime build"),
-    ("x86", "openvino:warp", "unknown openvino device"),
 ])
 def test_forced_device_strict_raises_else_falls_back(tmp_path, name, device, needle):
     hw = detect_board(tmp_path, name)
@@ -88,9 +87,10 @@ def test_fallback_may_use_the_same_backends_default_device(tmp_path):
     assert c.suitability.device == "onnxruntime:cpu" and "TensorrtExecutionProvider" in c.fallback
 
 
-def test_unknown_backend_is_an_error_even_without_strict(tmp_path):
+@pytest.mark.parametrize("device", ["warp-drive", "openvino:warp"])
+def test_unknown_backend_or_sub_device_is_an_error_even_without_strict(tmp_path, device):
     with pytest.raises(er.DeviceError) as ei:
-        choose(ALL, detect_board(tmp_path, "x86"), device="warp-drive")
+        choose(ALL, detect_board(tmp_path, "x86"), device=device)
     assert ei.value.code == "device_unknown"
 
 
