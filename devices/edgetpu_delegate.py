@@ -21,7 +21,9 @@ def load_edgetpu_delegate(mod, lib: str, sub: str | None):
     ``mod.load_delegate(lib, {"device": sub})``, its failures typed: ``device_delegate_missing`` when the
     library itself cannot be loaded, ``device_unavailable`` (naming the device) when it loads but refuses
     to open the Edge TPU (absent, unplugged, in use by another process, a device string it does not know)."""
-    key = (id(mod), lib, sub or "")
+    # "usb" is libedgetpu's first USB Edge TPU, "usb:0" too: one device under two names held two delegates,
+    # and a libedgetpu that opens a device exclusively refused the second
+    key = (id(mod), lib, f"{sub}:0" if sub in ("usb", "pci") else (sub or ""))
     with _DELEGATES_LOCK:
         live = _DELEGATES.get(key)
         if live is not None and live[0] is mod:
