@@ -95,6 +95,8 @@ def forced_device(hw: dict, device: str) -> dict:
     from .selection import known_device, place
 
     name, sub = known_device(device)
+    if name is None:        # "auto" is no one device: the backends' table above places every one
+        return {"device": device, "backend": None, "suitability": {}, "runs": True}
     b = registry.get_backend(name)
     rows = {t: vars(place(b.family, b.suitability(t, hw, sub), hw, t)) for t in b.targets}
     return {"device": device, "backend": name, "suitability": rows, "runs": any(r["score"] for r in rows.values())}

@@ -186,7 +186,7 @@ def known_device(device: str | None) -> tuple[str | None, str | None]:
     if want_backend is not None and want_backend not in registry.available_backends():
         raise DeviceError(f"unknown device {device!r} (backends: {', '.join(registry.available_backends())})",
                           code=ec.DEVICE_UNKNOWN)
-    if want_sub is not None:
+    if want_backend is not None and want_sub is not None:
         try:
             registry.get_backend(want_backend).parse_device(want_sub)
         except ValueError as exc:
