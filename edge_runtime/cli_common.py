@@ -145,6 +145,21 @@ class DebugAnywhereGroup(click.Group):
     a ``--`` is taken out of the arguments and given to the group. A text that
     is literally ``--debug`` is passed as ``--text=--debug`` or after ``--``."""
 
+    def main(self, *args, **kwargs):
+        # click writes --help, --version and usage text before any command's guard runs: a stdout that
+        # cannot take it (`--help > /dev/full`) ended in a traceback and exit 1
+        try:
+            return super().main(*args, **kwargs)
+        except BrokenPipeError:
+            _reader_gone()
+        except OSError as exc:
+            if not _from_stdout(exc):
+                raise
+            _drop_stdout()
+            err = _stdout_error(exc)
+            click.echo(f"error [{err.code}]: {one_line(err.message)}", err=True)
+            sys.exit(err.exit_code)
+
     def parse_args(self, ctx, args):
         args = list(args)
         cut = args.index("--") if "--" in args else len(args)

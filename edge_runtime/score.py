@@ -73,6 +73,7 @@ output line) and ``score_progress`` (``Progress``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import deque
@@ -126,6 +127,18 @@ def _stdout():
     import sys
 
     return sys.stdout.buffer
+
+
+@contextlib.contextmanager
+def _writing(out):
+    """A write that fails (a full disk, ``-o - > /dev/full``, an I/O error) is the typed output error
+    naming where (exit 2), not a bare ``OSError`` (exit 1); a reader that left (EPIPE) stays itself."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise output_error("<stdout>" if str(out) == "-" else out, exc) from None
 
 
 def _append_to(out: Path):
@@ -184,11 +197,12 @@ def score(rt, records, out, *, batch_size: int = 32, concurrency: int = 2, resum
                         if line["ok"]:
                             summary.latencies_ms.append(line["result"]["latency_ms"])
                         lines.append(text)
-                    fh.write(("\n".join(lines) + "\n").encode("utf-8"))   # _dump escapes lone surrogates
-                    fh.flush()
-                    if owned and time.perf_counter() - last_sync >= 1.0:
-                        os.fsync(fh.fileno())
-                        last_sync = time.perf_counter()
+                    with _writing(out):
+                        fh.write(("\n".join(lines) + "\n").encode("utf-8"))   # _dump escapes lone surrogates
+                        fh.flush()
+                        if owned and time.perf_counter() - last_sync >= 1.0:
+                            os.fsync(fh.fileno())
+                            last_sync = time.perf_counter()
                     if progress:
                         progress.update(summary.total, summary.scored)
 
@@ -213,9 +227,10 @@ def score(rt, records, out, *, batch_size: int = 32, concurrency: int = 2, resum
         if seen < skip:
             raise InputError(f"{out} does not belong to this input: it holds {skip} lines, the input only {seen} "
                              f"records", code=ec.SCORE_OUTPUT_MISMATCH)
-        fh.flush()
-        if owned:
-            os.fsync(fh.fileno())
+        with _writing(out):
+            fh.flush()
+            if owned:
+                os.fsync(fh.fileno())
     finally:
         if owned:
             fh.close()
