@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from edge_runtime import error_codes as ec
 from edge_runtime.value import Frozen
@@ -34,11 +34,14 @@ class Option(Frozen):
     choices: tuple
     minimum: float | None
     env: str | None
+    maximum: Callable[[], tuple[int, str]] | None
 
     def __init__(self, name: str, kind: type, default: Any = None, help: str = "", choices: tuple = (),
-                 minimum: float | None = None, env: str | None = None) -> None:
+                 minimum: float | None = None, env: str | None = None,
+                 maximum: Callable[[], tuple[int, str]] | None = None) -> None:
+        # maximum (int options): () -> (the bound on this machine, why), read when a value is parsed
         self.__dict__.update(name=name, kind=kind, default=default, help=help, choices=choices, minimum=minimum,
-                             env=env)
+                             env=env, maximum=maximum)
 
     @property
     def metavar(self) -> str:
@@ -52,6 +55,7 @@ class Option(Frozen):
         return {"name": self.name, "type": self.kind.__name__, "default": self.default, "help": self.help,
                 **({"choices": list(self.choices)} if self.choices else {}),
                 **({"minimum": self.minimum} if self.minimum is not None else {}),
+                **({"maximum": self.maximum()[0]} if self.maximum is not None else {}),
                 **({"env": self.env} if self.env else {})}
 
     def parse(self, value, what: str | None = None, err=None):
@@ -82,6 +86,9 @@ class Option(Frozen):
                 raise bad("an integer")
             if self.minimum is not None and value < self.minimum:
                 raise bad(f"an integer >= {self.minimum:g}")
+            if self.maximum is not None and value > self.maximum()[0]:
+                hi, why = self.maximum()
+                raise bad(f"an integer <= {hi} ({why})")
             return value
         if self.kind is float:
             if isinstance(value, str):
@@ -174,9 +181,17 @@ def resolve_options(declarations: Iterable[Option], options: Mapping | DeviceOpt
     return DeviceOptions(values, given, prov)
 
 
+def threads_ceiling() -> tuple[int, str]:
+    """The most CPU threads a session may ask for here: 4 per logical CPU. Past the CPUs more threads only
+    contend, and thousands stalled the load (100000 on onnxruntime: no answer in a minute, exit by timeout;
+    2**33 was a vendor TypeError as device_load_failed)."""
+    n = os.cpu_count() or 1
+    return 4 * n, f"4 per logical CPU, {n} here: more only contend, and thousands stall the load"
+
+
 def threads_option(default_help: str = "the framework's default") -> Option:
     return Option("threads", int, None, f"CPU threads per session (default: {default_help}; "
-                  "$EDGE_RUNTIME_THREADS when set)", minimum=0, env="EDGE_RUNTIME_THREADS")
+                  "$EDGE_RUNTIME_THREADS when set)", minimum=0, env="EDGE_RUNTIME_THREADS", maximum=threads_ceiling)
 
 
 def cache_options(what: str, kind: str, switch_env: str) -> tuple[Option, Option]:
