@@ -222,7 +222,7 @@ class DynamicBatching:
         finally:
             m.waiting -= 1
         m.running += 1
-        if m.inline is not None and m.inline.admits(len(items)):
+        if m.runs_inline(items):
             try:
                 return await self._call(m, items, t_end, options)
             finally:

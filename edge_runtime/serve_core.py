@@ -121,7 +121,8 @@ class ServeCore(DynamicBatching):
                     rt.warm_batch()
                 m = _Model(rt, key[0], key[1], rt.task.input_kind, served_input_specs(rt), batched)
                 if self.inline:        # batched too: a sub-ms call inline beats any batch (see _run)
-                    m.inline = Inline(measure_call_ms(rt))
+                    sample = rt.task.warmup_sample()
+                    m.inline = Inline(measure_call_ms(rt), 0 if sample is None else rt.task.request_bytes(sample))
                 m.metadata = _metadata(m)
                 self.models[key] = m
             self._latest = latest_versions(self.models)
@@ -288,7 +289,7 @@ class ServeCore(DynamicBatching):
         if m.sem is None:
             m.sem = asyncio.Semaphore(self.max_in_flight)
         if self._batches_on(m) and options is None and len(items) < self.max_batch_items and \
-                not (m.inline is not None and m.inline.admits(len(items))):
+                not m.runs_inline(items):
             return await self._batched(m, items, t_end)
         return await self._alone(m, items, t_end, options)       # its own slot, within its own deadline
 
@@ -299,14 +300,15 @@ class ServeCore(DynamicBatching):
         remaining_ms = (t_end - time.perf_counter()) * 1000
         if remaining_ms <= 0:
             raise InferenceTimeout("the request's deadline passed while it was queued", code=ec.INFERENCE_TIMEOUT)
-        if m.inline is not None and m.inline.admits(len(items)):
+        inline = m.inline
+        if inline is not None and m.runs_inline(items):
             usage = thread_usage()
             t = time.perf_counter()
             try:
                 return _infer_items(m.rt, items, remaining_ms, options)
             finally:
                 ms = (time.perf_counter() - t) * 1000
-                m.inline.observe(ms, m.name, ms > INLINE_DEMOTE_MS and machine_paused(usage))
+                inline.observe(ms, m.name, ms > INLINE_DEMOTE_MS and machine_paused(usage))
         loop = asyncio.get_running_loop()
         t = time.perf_counter()
         fut = loop.run_in_executor(self._pool, _infer_items, m.rt, items, remaining_ms, options)

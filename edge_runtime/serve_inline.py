@@ -5,7 +5,11 @@ A call handed to the thread pool costs two thread switches and a future
 call. A model whose measured call takes at most ``INLINE_MAX_MS`` per item
 therefore runs on the loop thread, with the runtime's own limits, deadline and
 watchdog; any other model, and any request whose items would take longer,
-goes to the pool.
+goes to the pool, and so does a request holding an item larger than
+``INLINE_MAX_ITEM_BYTES`` and four times the timed sample (its raw size as the
+task counts it): the time was measured on the sample, and decoding scales with
+the input (a 6000x6000 JPEG sent to digits held the loop 211 ms before the
+stall rule moved the model off it, with every other model's requests waiting).
 
 A stall sends the model to the pool, logged and shown in ``/metrics``: one
 inline call over ``INLINE_STALL_MS``, or ``INLINE_SLOW_CALLS`` calls over
@@ -40,6 +44,7 @@ INLINE_WINDOW = 1000     # ... within this many inline calls move the model to t
 INLINE_STALL_MS = 50.0   # one inline call slower than this moves its model to the pool at once
 PROMOTE_CALLS = 1000     # pool calls in a row, none slow, that bring a demoted model back (x2 per demotion)
 MAX_DEMOTIONS = 3        # the one that stays: the model keeps the pool for good
+INLINE_MAX_ITEM_BYTES = 8192   # an item larger than this, and than 4x the timed sample, goes to the pool
 _SAMPLES = 7
 
 
@@ -103,10 +108,12 @@ class Inline:
     """One model's inline state: its measured call time, whether it is inline now, and its
     demotions (``observe`` sees each inline call, ``observe_pooled`` a demoted model's pool calls)."""
 
-    __slots__ = ("call_ms", "on", "calls", "slow", "demoted", "demotions", "promotions", "streak", "_recent")
+    __slots__ = ("call_ms", "max_item_bytes", "on", "calls", "slow", "demoted", "demotions", "promotions", "streak",
+                 "_recent")
 
-    def __init__(self, call_ms: float | None):
+    def __init__(self, call_ms: float | None, sample_bytes: int = 0):
         self.call_ms = call_ms
+        self.max_item_bytes = max(INLINE_MAX_ITEM_BYTES, 4 * sample_bytes)
         self.on = call_ms is not None and call_ms <= INLINE_MAX_MS
         self.calls = 0
         self.slow = 0                 # inline calls over INLINE_DEMOTE_MS, all told
@@ -116,8 +123,10 @@ class Inline:
         self.streak = 0               # pool calls in a row, none slow, since the last demotion
         self._recent: deque[int] = deque(maxlen=INLINE_SLOW_CALLS)    # call numbers of the latest slow calls
 
-    def admits(self, items: int) -> bool:
-        return self.on and self.call_ms is not None and items * self.call_ms <= INLINE_MAX_MS
+    def admits(self, items: int, largest_bytes: int = 0) -> bool:
+        """Whether ``items`` inputs, the largest ``largest_bytes`` (the task's ``request_bytes``), run inline."""
+        return self.on and self.call_ms is not None and items * self.call_ms <= INLINE_MAX_MS and \
+            largest_bytes <= self.max_item_bytes
 
     def observe(self, ms: float, name: str, paused: bool = False) -> None:
         """An inline call took ``ms``; ``paused``: the machine's doing, not the model's (``machine_paused``)."""

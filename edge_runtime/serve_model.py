@@ -103,6 +103,15 @@ class _Model:
     inline: Inline | None = None      # sub-millisecond models run on the event loop (serve_inline)
     outputs: ServedOutputs | None = None   # what its answers hold, from its task (serve_tensors.served_outputs)
 
+    def runs_inline(self, items: list) -> bool:
+        """Whether this request runs on the event loop: few enough items, none much larger than the sample
+        its call time was measured on (``Inline.admits``)."""
+        inl = self.inline
+        if inl is None or not inl.on:
+            return False
+        size = self.rt.task.request_bytes
+        return inl.admits(len(items), max(map(size, items), default=0))
+
 
 def _metadata(m: _Model) -> dict:
     """The model's v2 metadata; sets ``m.outputs``. Both come from its task and manifest (the task
