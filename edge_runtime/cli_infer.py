@@ -14,11 +14,12 @@ and per-class pixel counts), not listed pixel by pixel. The input readers are
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import click
 
 from .cli_common import _guard, device_flags, device_options, emit
-from .cli_inputs import _limit_overrides, _read_arrays, _read_json_input, _read_text
+from .cli_inputs import _limit_overrides, _read_arrays, _read_image_stdin, _read_json_input, _read_text
 from . import error_codes as ec
 from .errors import InputError
 from .limits import Limits
@@ -46,7 +47,7 @@ _INFER_SOURCES = ("--text", "--text-file", "--image", "--input")
 @click.argument("artifact", type=click.Path())
 @click.option("--text", help="Text input ('-' reads it from stdin).")
 @click.option("--text-file", type=click.Path(allow_dash=True), help="Text input from a UTF-8 file ('-': stdin).")
-@click.option("--image", type=click.Path(), help="Image file (PNG/JPEG/BMP).")
+@click.option("--image", type=click.Path(), help="Image file (PNG/JPEG/BMP; '-' reads it from stdin).")
 @click.option("--input", "input_file", type=click.Path(),
               help="FILE.json ({\"text\": ...} or named tensors), FILE.npz (named arrays) or FILE.npy "
                    "(one array, single-input models).")
@@ -91,17 +92,20 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
             raise InputError(f"{flag} does not fit this {rt.artifact.task} artifact (it takes {', '.join(fits)})",
                              code=ec.INPUT_WRONG_TYPE)
         lim = rt.limits.lowered(overrides, what="--limit")
+        raw: Any
         if flag == "--text-file" or (flag == "--text" and value == "-"):
             raw = _read_text(value, lim)
         elif flag == "--input" and value.lower().endswith((".npy", ".npz")):
             raw = _read_arrays(value, lim, [t["name"] for t in rt.variant["buckets"][0]["inputs"]])
         elif flag == "--input":
             raw = _read_json_input(value, lim)
+        elif flag == "--image" and value == "-":
+            raw = _read_image_stdin(lim)
         else:
             raw = value
         res = rt.infer(raw, deadline_ms=deadline_ms, limits=overrides or None)
         if draw_path is not None:
-            _draw(value, res, draw_path, lim)
+            _draw(raw if isinstance(raw, bytes) else value, res, draw_path, lim)
 
     def human(d):
         if _show_vision(d):               # detections, keypoints, a mask: tables instead of the scores
@@ -149,7 +153,7 @@ def _check_draw(path: str, flag: str, image: str) -> None:
         raise InputError(f"--draw: {exc}", code=ec.INPUT_INVALID) from None
 
 
-def _draw(image: str, res, path: str, lim: Limits) -> None:
+def _draw(image: str | bytes, res, path: str, lim: Limits) -> None:
     from .draw import draw
 
     try:

@@ -49,12 +49,10 @@ def _file_size(path: str, lim: Limits) -> int:
     return size
 
 
-def _read_text(source: str, lim: Limits) -> str:
-    """``--text-file F`` or ``-`` (stdin): UTF-8, at most the request limit read (a longer
-    stream is refused without reading the rest); one trailing newline is dropped. The
-    character limit is the runtime's, as for ``--text``."""
+def _read_capped(source: str, cap: int, what: str) -> bytes:
+    """The bytes of file ``source`` or ``-`` (stdin), at most ``cap`` read: a longer stream is refused
+    without reading the rest."""
     name = "stdin" if source == "-" else source
-    cap = lim.max_request_bytes
     try:
         if source == "-":
             stream = getattr(sys.stdin, "buffer", None)     # None: the process has no stdin (``<&-``)
@@ -68,8 +66,26 @@ def _read_text(source: str, lim: Limits) -> str:
         raise InputError(f"cannot read {name}: {getattr(exc, 'strerror', None) or exc}",
                          code=ec.INPUT_FILE_UNREADABLE) from None
     if len(data) > cap:
-        raise InputError(f"text from {name} is over the request limit of {cap} bytes", code=ec.INPUT_TOO_LARGE,
-                         limit=cap)
+        raise InputError(f"{what} from {name} is over the {'request' if what == 'text' else 'image'} limit of {cap} "
+                         "bytes", code=ec.INPUT_TOO_LARGE, limit=cap)
+    return data
+
+
+def _read_image_stdin(lim: Limits) -> bytes:
+    """``--image -``: the encoded image from stdin, at most the image (and request) limit read. Before
+    2026-12-07 ``-`` was looked for as a file named '-' (``--text -`` already read stdin)."""
+    data = _read_capped("-", min(lim.max_image_bytes, lim.max_request_bytes), "image")
+    if not data:
+        raise InputError("--image -: stdin was empty (pipe an encoded PNG/JPEG/BMP into it)", code=ec.INPUT_INVALID)
+    return data
+
+
+def _read_text(source: str, lim: Limits) -> str:
+    """``--text-file F`` or ``-`` (stdin): UTF-8, at most the request limit read (a longer
+    stream is refused without reading the rest); one trailing newline is dropped. The
+    character limit is the runtime's, as for ``--text``."""
+    name = "stdin" if source == "-" else source
+    data = _read_capped(source, lim.max_request_bytes, "text")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
