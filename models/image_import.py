@@ -86,8 +86,11 @@ def _stated_normalisation(channels: int, scale=None, mean=None, std=None) -> dic
         if len(vals) not in (1, channels):
             raise InputError(f"{what} has {len(vals)} values for a {channels}-channel input (give 1 or {channels})",
                              code=ec.IMPORT_PREPROCESS_INVALID)
-    if any(v == 0 for v in sd):
-        raise InputError("--std must not be 0", code=ec.IMPORT_PREPROCESS_INVALID)
+    if any(v <= 0 for v in sd):
+        # a standard deviation is positive: a negative one inverted every pixel (--std -1 imported, and the cat
+        # became a "mosquito net" with exit 0); --preprocess JSON already refused it ("every std must be > 0")
+        raise InputError(f"--std must be positive (a standard deviation; a negative one inverts the image), got "
+                         f"{std!r}", code=ec.IMPORT_PREPROCESS_INVALID)
     return {"scale": sc[0], "mean": mn, "std": sd}
 
 
