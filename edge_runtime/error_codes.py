@@ -393,3 +393,8 @@ TUNE_NOT_CACHED: Final = _code("tune_not_cached", "device",
                                "tune measured a decision but could not cache it (a read-only or full cache "
                                "dir): later loads with device auto keep the static policy; make the cache dir "
                                "writable, or pass --no-save.")
+# -- import: a stated normalisation that leaves the input almost no quantization steps ---------------------
+IMPORT_NORMALISATION_COLLAPSES: Final = _code("import_normalisation_collapses", "input",
+                                              "The normalisation maps every pixel value into under 1/16 of the "
+                                              "quantized input's steps: nearly every image would reach the model "
+                                              "as the same input; state the normalisation it was trained with.")

@@ -33,6 +33,7 @@ _KNOWN_NORMALISATIONS = (
     ("[0, 255]", {"scale": 1.0, "mean": [0.0], "std": [1.0]}, "--scale 1 --mean 0 --std 1"),
 )
 _MIN_COVERAGE = 1 / 8
+_MIN_USABLE = 1 / 16      # under this share of the input's steps nearly every image reaches the model alike: refused
 
 
 def image_layout(shape: list[int]) -> str | None:
@@ -163,6 +164,16 @@ def image_preprocess(spec: dict, *, resize: str = "bilinear-half-pixel", scale=N
                 f"input; state the one it was trained with (--scale/--mean/--std){hint}",
                 code=ec.IMPORT_NORMALISATION_CLIPS)
         share = (hi - lo) / (info.max - info.min)
+        if share < _MIN_USABLE:
+            # before 2026-12-07 only a warning: --scale 1/255 --mean 127.5 --std 127.5 imported, and every image
+            # (cat, bird, Grace Hopper) was a "nematode", exit 0
+            seen = _looks_like(spec, c)
+            hint = f"; the input quantization covers the range of {seen[0]} ({seen[1]})" if seen else ""
+            raise InputError(
+                f"the normalised pixels ({flo:.4g}..{fhi:.4g}) use {hi - lo:.1f} of the {info.max - info.min} steps "
+                f"of the {dtype.name} input ({share:.1%}, under {_MIN_USABLE:.0%}): nearly every image would reach "
+                f"the model as the same input. State the normalisation it was trained with (--scale/--mean/--std)"
+                f"{hint}", code=ec.IMPORT_NORMALISATION_COLLAPSES)
         if share < _MIN_COVERAGE:
             warnings.append(f"the normalised pixels ({flo:.4g}..{fhi:.4g}) use {hi - lo:.1f} of the "
                             f"{info.max - info.min} steps of the {dtype.name} input ({share:.0%}): most pixel "

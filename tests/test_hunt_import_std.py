@@ -38,3 +38,19 @@ def test_the_stated_imagenet_std_still_imports_and_answers(tmp_path):
     assert r.exit_code == 0, r.output
     with er.load(tmp_path / "a", device="tflite") as rt:
         assert "cat" in rt.infer(str(coral / "cat.bmp")).prediction
+
+
+def test_a_normalisation_that_leaves_one_step_is_refused_with_the_range_that_fits(tmp_path):
+    # --scale 1/255 --mean 127.5 --std 127.5 (two conventions mixed): -1..-0.992, one of 255 steps. It imported
+    # with a warning and every image was a "nematode", exit 0
+    from click.testing import CliRunner
+
+    from edge_runtime.cli import main
+
+    coral = shared("coral")
+    r = CliRunner().invoke(main, ["import", str(coral / "mobilenet_v1_0.25_128_quant.tflite"), "-o",
+                                  str(tmp_path / "a"), "--task", "image-classification", "--labels",
+                                  str(coral / "imagenet_labels.txt"), "--scale", "1/255", "--mean", "127.5",
+                                  "--std", "127.5"])
+    assert r.exit_code == 2 and "import_normalisation_collapses" in r.output, r.output
+    assert "[-1, 1]" in r.output and not (tmp_path / "a" / "manifest.json").exists()

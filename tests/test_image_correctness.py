@@ -157,7 +157,10 @@ def test_a_normalisation_that_clips_is_refused_and_tiny_coverage_warns(tmp_path)
     with pytest.raises(er.InputError) as ei:          # Coral's uint8 [-1, 1] input fed 0..255
         _import(shared("coral", "mobilenet_v1_0.25_128_quant.tflite"), tmp_path / "b", scale="1")
     assert ei.value.code == "import_normalisation_clips"
-    man = _import(tflm, tmp_path / "c", scale="1/255", std="100")   # 0..0.01: one quantization step
+    with pytest.raises(er.InputError) as ei:          # 0..0.01: one quantization step, every image alike
+        _import(tflm, tmp_path / "c", scale="1/255", std="100")
+    assert ei.value.code == "import_normalisation_collapses" and not (tmp_path / "c").exists()
+    man = _import(tflm, tmp_path / "c2", scale="1/255", std="2.1")  # 0..0.48: about 10% of the steps, a warning
     assert any("steps of the int8 input" in w for w in man["model"]["source"]["warnings"])
     with pytest.raises(er.InputError) as ei:
         _import(tflm, tmp_path / "d", mean="0.1,0.2")
