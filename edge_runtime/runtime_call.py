@@ -247,6 +247,10 @@ class CallPath:
             self._check_finite(outputs, prepared)
         try:
             return self.task.finish(outputs, prepared)
+        except EdgeRuntimeError:
+            # the task's own typed refusal (a class id past the labels: the artifact's, exit 3) keeps its layer
+            # and code; before 2026-12-07 it reached the caller as our inference_failed
+            raise
         except Exception as exc:
             raise InferenceRuntimeError(f"post-processing failed: {type(exc).__name__}: {exc}",
                                         device=self.device, variant=self.variant.target) from exc

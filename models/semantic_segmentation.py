@@ -11,10 +11,15 @@ the letterbox padding dropped, a stretch undone) through the input's
 
 ``finish`` gives ``outputs["mask"]`` (uint8 H x W class ids at the original
 size), ``scores`` ``{label: share of pixels}`` for the classes present,
-largest first, and ``prediction`` the label of the largest class other than
-the background (``postprocess.background``, class 0 by default; the
-background's label when nothing else is present). Labels come from the
-artifact's labels file, else ``str(id)``.
+largest first (``"label#id"`` for a label the file repeats, as a classifier's
+scores: two classes never share one entry), and ``prediction`` the label of
+the largest class other than the background (``postprocess.background``, a
+class id, class 0 by default, or null for none; anything else is refused at
+load; the background's label when nothing else is present). Labels come from
+the artifact's labels file, else ``str(id)``. For a class map (no class count
+in the shape) a blank line between names may be an unused id or a stray
+newline: an id at or past the first one is refused rather than named by a
+shifted label.
 
 Parity (``pixel_agreement``): the mean over samples of the share of pixels
 where the candidate's mask equals the reference's (also ``mean_iou``: the
@@ -30,6 +35,7 @@ from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError
 
 from .base import Prepared, TaskMismatch, TaskOutput, pick_output
+from .classification import score_keys
 from .pose_estimation import check_image_input
 from .vision_task import VISION_IMPORT_OPTIONS, VisionTask
 from .vision import Geometry, VisionInput, vision_import_preprocess
@@ -156,7 +162,15 @@ class SemanticSegmentation(VisionTask):
             raise ArtifactError(f"{len(labels)} labels; masks hold at most {MAX_CLASSES} classes",
                                 file=self.post.get("labels"), code=ec.ARTIFACT_LABELS_MISMATCH)
         self.labels = labels
-        self.background = self.post.get("background", 0)
+        self.keys = score_keys(labels) if labels is not None else None      # "label#id" for a repeated label
+        # a class map's ids beyond a blank line between names: an unused id or a stray newline? (no count says)
+        blanks = list(self.labels_inner_blanks) if labels is not None and self.classes is None else []
+        self.named = min(len(labels), blanks[0] - 1) if labels is not None and blanks else None
+        bg, ids = self.post.get("background", 0), len(labels) if labels is not None else self.classes or MAX_CLASSES
+        if bg is not None and (isinstance(bg, bool) or not isinstance(bg, int) or not 0 <= bg < ids):
+            raise ArtifactError(f"postprocess 'background' must be a class id 0..{ids - 1} or null, got {bg!r}",
+                                file="manifest.json", code=ec.MANIFEST_FIELD_INVALID)
+        self.background: int | None = bg
         self.vision = VisionInput(self.pre, self.input)
 
 
@@ -176,11 +190,18 @@ class SemanticSegmentation(VisionTask):
             raise ArtifactError(f"output {self.output!r} holds class id {lo if lo < 0 else hi}, outside 0..{limit - 1} "
                                 f"({'the labels' if self.labels is not None else 'a uint8 mask'})",
                                 file=self.post.get("labels") or "manifest.json", code=ec.ARTIFACT_LABELS_MISMATCH)
+        if self.named is not None and hi >= self.named:
+            raise ArtifactError(f"output {self.output!r} holds class id {hi}, at or past the blank line "
+                                f"{self.named + 1} of the labels file: each line is one class id, so it is unknown "
+                                "whether that blank is an unused id or a stray newline (every label after it would "
+                                "shift); write '???' for an unused id, or remove the line",
+                                file=self.post.get("labels"), code=ec.ARTIFACT_LABELS_MISMATCH)
         mask = to_original(cmap.astype(np.uint8), geo, self.vision.width, self.vision.height)
         ids, counts = np.unique(mask, return_counts=True)
         order = np.argsort(-counts, kind="stable")
         total = float(mask.size) or 1.0
-        scores = {self.label(int(ids[i])): float(counts[i]) / total for i in order}
+        key = self.keys.__getitem__ if self.keys is not None else str
+        scores = {key(int(ids[i])): float(counts[i]) / total for i in order}
         fg = [int(ids[i]) for i in order if int(ids[i]) != self.background]
         prediction = self.label(fg[0]) if fg else self.label(self.background if self.background is not None else 0)
         return TaskOutput(prediction=prediction, scores=scores, outputs={"mask": mask},
