@@ -122,6 +122,7 @@ class PoseEstimation(VisionTask):
     def finish(self, outputs, prepared) -> TaskOutput:
         geo = (prepared.meta or {})["geometry"]
         rows = dequantize(outputs[self.output], self.output_spec(self.output)).reshape(-1, 3)[:self.count]
+        _check_normalised(rows, self.output)
         xy = np.stack([rows[:, 1] * self.vision.width, rows[:, 0] * self.vision.height], axis=1)
         pts = geo.points_to_original(xy).tolist()
         scores = rows[:, 2].astype(float).tolist()
@@ -155,6 +156,19 @@ class PoseEstimation(VisionTask):
                 "pck_confident": float(np.mean(confident)) if confident else None,
                 "mean_pixel_distance": float(np.mean(finite)) if finite else None,
                 "max_pixel_distance": float(max(finite)) if finite else None}
+
+
+def _check_normalised(rows: np.ndarray, name: str) -> None:
+    """MoveNet's rows are (y, x) in 0..1 of the input and a score. A model that answers in pixels had every
+    keypoint clipped to the image's corner with exit 0: coordinates past -4..5 (no point of a 0..1 model is
+    four frames outside it; a pixel model's reach the input's size) are refused instead."""
+    if not rows.size:
+        return
+    lo, hi = float(rows[:, :2].min()), float(rows[:, :2].max())
+    if lo < -4.0 or hi > 5.0:
+        raise ArtifactError(f"output {name!r} is not normalised keypoints: its y, x span {lo:.4g}..{hi:.4g} (a pose "
+                            "model here answers y, x in 0..1 of its input; pixel coordinates would put every "
+                            "keypoint in the image's corner)", file="manifest.json", code=ec.ARTIFACT_TASK_MISMATCH)
 
 
 def _diagonal(out: TaskOutput, kps: list[dict]) -> float:
