@@ -45,6 +45,22 @@ class _TraceIds:
 
 new_trace_id = _TraceIds()
 
+MAX_TRACE_ID = 256
+
+
+def check_trace_id(trace_id) -> str:
+    """A caller's trace id: a printable string of at most ``MAX_TRACE_ID`` characters (a W3C traceparent is 55).
+    Before 2026-12-07 an int came back as the result's ``trace_id`` (``"trace_id": 5`` in JSON, not a string)
+    and a 10,000-character one was carried into every log line and record."""
+    from . import error_codes as ec
+    from .errors import InputError
+
+    if type(trace_id) is not str or len(trace_id) > MAX_TRACE_ID or not trace_id.isprintable():
+        shown = repr(trace_id) if len(repr(trace_id)) <= 60 else f"{repr(trace_id)[:57]}..."
+        raise InputError(f"trace_id must be a printable string of at most {MAX_TRACE_ID} characters, got "
+                         f"{type(trace_id).__name__} {shown}", code=ec.INPUT_INVALID)
+    return trace_id
+
 
 class InferenceResult(Frozen):
     prediction: Any                      # label, or None for embeddings / raw tensors

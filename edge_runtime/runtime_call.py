@@ -24,7 +24,7 @@ from .errors import ArtifactError, EdgeRuntimeError, InferenceRuntimeError, Infe
 from .limits import Limits, deadline_value
 from .metrics import RuntimeMetrics
 from .output_contract import output_problems
-from .result import InferenceResult, new_trace_id
+from .result import InferenceResult, check_trace_id, new_trace_id
 from .watchdog import WATCHDOG
 
 _SMALL = 256      # outputs up to this many values are checked for NaN/inf in Python
@@ -63,6 +63,8 @@ class CallPath:
             lim = self.limits if limits is None else self.limits.merged(limits)    # a refusal is counted too
             deadline = lim.deadline_ms if deadline_ms is None else deadline_value(deadline_ms)
             opts = None if options is None else self._options(options, lim)
+            if trace_id is not None:
+                trace_id = check_trace_id(trace_id)
             res = self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, trace_id, opts)
             self._metrics.ok(res.bucket, res.latency_ms, res.input_length, res.truncated)
             return res
