@@ -14,9 +14,9 @@ import numpy as np
 from . import error_codes as ec
 from . import serve_proto as sp
 from .serve_output_params import GRPC_OUTPUT_PARAMETERS, classification_count, refuse_shared_memory
+from .serve_tensors import MAX_DIMS, shape_count
 from .serve_types import BYTES, DATATYPES, InferRequest, InferResponse, ServeError, Tensor, numeric_bytes
-
-MAX_DIMS: Final = 16
+from .serve_wire import check_bool_bytes
 
 # datatype -> the InferTensorContents field that carries it (FP16 has none: raw only)
 _CONTENTS_FIELD: Final[dict[str, str]] = {
@@ -24,6 +24,9 @@ _CONTENTS_FIELD: Final[dict[str, str]] = {
     "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
     "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", BYTES: "bytes_contents",
 }
+_ALL_CONTENTS: Final = tuple(sorted(set(_CONTENTS_FIELD.values())))
+# datatypes narrower than their contents field (int32 / uint32): range-checked, never wrapped
+_NARROW: Final = frozenset({"INT8", "INT16", "UINT8", "UINT16"})
 _LEN: Final = struct.Struct("<I")
 
 
@@ -73,13 +76,6 @@ def _shape(t: Any) -> list[int]:
     return shape
 
 
-def _count(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d                                  # Python ints: a huge shape never overflows, it mismatches
-    return n
-
-
 def split_bytes(raw: bytes, count: int, name: str) -> list[bytes]:
     """A raw BYTES tensor (4-byte LE length + data per element) as ``count`` elements."""
     out: list[bytes] = []
@@ -112,7 +108,7 @@ def join_bytes(items: list[Any]) -> bytes:
 def _tensor(t: Any, raw: bytes | None) -> Tensor:
     name, datatype = t.name, t.datatype
     shape = _shape(t)
-    count = _count(shape)
+    count = shape_count(f"input {name!r}", shape)
     params = {k: param_value(v) for k, v in t.parameters.items()}
     refuse_shared_memory(f"input {name!r}", params)
     if datatype != BYTES and datatype not in DATATYPES:
@@ -124,15 +120,29 @@ def _tensor(t: Any, raw: bytes | None) -> Tensor:
         values = getattr(t.contents, field)
         if len(values) != count:
             raise _bad(f"input {name!r}: {len(values)} element(s) in contents for shape {shape}")
+        other = [f for f in _ALL_CONTENTS if f != field and len(getattr(t.contents, f))]
+        if other:                  # as Triton: data in another datatype's field is never dropped in silence
+            raise _bad(f"input {name!r}: {datatype} data goes in contents.{field}, not {', '.join(other)}")
         if datatype == BYTES:
             return Tensor(name, datatype, shape, list(values), params)
+        if datatype in _NARROW:   # int_contents / uint_contents are 32-bit: INT8 300 is no INT8 (was a 500)
+            wide = np.asarray(values, dtype=np.int64)
+            info = np.iinfo(DATATYPES[datatype])
+            if wide.size and (int(wide.min()) < info.min or int(wide.max()) > info.max):
+                raise _bad(f"input {name!r}: values outside {datatype} in contents.{field}")
+            return Tensor(name, datatype, shape, wide.astype(DATATYPES[datatype]).reshape(shape), params)
         return Tensor(name, datatype, shape, np.asarray(values, dtype=DATATYPES[datatype]).reshape(shape), params)
+    if t.HasField("contents") and t.contents.ByteSize():
+        # as Triton: the data comes in one place; the typed contents were ignored for the raw bytes
+        raise _bad(f"input {name!r}: data in both contents and raw_input_contents; give one")
     if datatype == BYTES:
         return Tensor(name, datatype, shape, split_bytes(raw, count, name), params)
     dtype = np.dtype(DATATYPES[datatype]).newbyteorder("<")
     if count * dtype.itemsize != len(raw):
         raise _bad(f"input {name!r}: {len(raw)} bytes for shape {shape} of {datatype} "
                    f"({count * dtype.itemsize} expected)")
+    if datatype == "BOOL":
+        check_bool_bytes(f"input {name!r}", raw)
     arr = np.frombuffer(raw, dtype=dtype).reshape(shape)
     return Tensor(name, datatype, shape, arr.astype(arr.dtype.newbyteorder("="), copy=False), params)
 

@@ -56,11 +56,33 @@ from .serve_output_kinds import MASK_PAD, Output, ServedOutputs, bad, datatype_n
 from .serve_outputs import TASK_KINDS, outputs_of_results, response_outputs, served_outputs, task_kind
 from .serve_types import BYTES, InferRequest
 
-__all__ = ["INPUT_NAME", "MASK_PAD", "TASK_KINDS", "Output", "ServedOutputs", "bad", "io_metadata",
-           "outputs_of_results", "request_items", "response_outputs", "served_outputs", "task_kind"]
+__all__ = ["INPUT_NAME", "MASK_PAD", "MAX_DIMS", "TASK_KINDS", "Output", "ServedOutputs", "bad", "io_metadata",
+           "outputs_of_results", "request_items", "response_outputs", "served_outputs", "shape_count", "task_kind"]
 
 # the one input of a text or image model, as its metadata names it (io_metadata)
 INPUT_NAME = {"text": "text", "image": "image"}
+# a request tensor's shape, on both protocols: at most MAX_DIMS dimensions, and its dimensions other than
+# 0 multiplying to at most MAX_ELEMENTS. A shape with a 0 holds no data, so its other dimensions are never
+# held to the data's length: [0, 2**62, 2**62] (or 70 dimensions) is no array numpy can make, even
+# empty, and was a 500 (gRPC INTERNAL) instead of a 400
+MAX_DIMS = 16
+MAX_ELEMENTS = 2 ** 40
+
+
+def shape_count(where: str, shape: list[int]) -> int:
+    """The element count of a request tensor's ``shape`` (non-negative integers, checked by the caller);
+    a 400 ``serve_request_malformed`` for a shape no array can have (``MAX_DIMS``, ``MAX_ELEMENTS``)."""
+    if len(shape) > MAX_DIMS:
+        raise bad(f"{where}: shape has {len(shape)} dimensions, over the server's {MAX_DIMS}")
+    count, held = 1, 1
+    for d in shape:
+        count *= d                  # Python ints: a huge shape never overflows
+        held *= d or 1
+    if held > MAX_ELEMENTS:
+        raise bad(f"{where}: shape {str(shape)[:120]} is too large (over {MAX_ELEMENTS} elements, "
+                  "its zero dimensions left out)")
+    return count
+
 
 def request_items(kind: str, model_inputs: list[dict], req: InferRequest) -> list:
     """The raw items ``rt.infer_batch`` takes, from the request's tensors (``ServeError`` bad_request)."""

@@ -9,13 +9,14 @@ little-endian, ``prod(shape) * itemsize`` bytes exactly.
 
 Everything a client sends is checked before it is used: JSON that does not
 parse or nests too deep, unknown datatypes, negative or non-integer shapes,
-shapes whose element count does not match the data, binary sizes beyond the
-body or not adding up to it. Each is a ``ServeError`` ``bad_request``.
+shapes no array can have (``serve_tensors.shape_count``), shapes whose element
+count does not match the data, JSON numbers outside their datatype (INT8 300,
+FP16 1e5), binary BOOL bytes other than 0 / 1, binary sizes beyond the body or
+not adding up to it. Each is a ``ServeError`` ``bad_request``.
 """
 
 from __future__ import annotations
 
-import math
 import struct
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from . import serve_json
 from .serve_output_params import HTTP_OUTPUT_PARAMETERS, classification_count, refuse_shared_memory
-from .serve_tensors import bad
+from .serve_tensors import bad, shape_count
 from .serve_types import BYTES, DATATYPES, InferRequest, InferResponse, Tensor, list_values, numeric_bytes
 
 HEADER_LENGTH = "inference-header-content-length"
@@ -93,7 +94,7 @@ def _input(spec: Any, i: int, binary: memoryview, offset: int) -> tuple[Tensor, 
         raise bad(f"{where}: unknown datatype {str(datatype)[:40]!r} (one of {', '.join([*DATATYPES, BYTES])})")
     if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
         raise bad(f"{where}: shape must be a list of non-negative integers, got {str(shape)[:80]}")
-    count = math.prod(shape)
+    count = shape_count(where, shape)
     if datatype == BYTES and count > MAX_BYTES_ELEMENTS:
         raise bad(f"{where}: {count} BYTES elements, over the server's {MAX_BYTES_ELEMENTS}")
     params = spec.get("parameters") or {}
@@ -135,6 +136,8 @@ def _from_binary(where: str, datatype: str, shape: list[int], count: int, chunk:
     if count * dtype.itemsize != len(chunk):
         raise bad(f"{where}: shape {shape} x {datatype} is {count * dtype.itemsize} bytes, "
                   f"binary_data_size is {len(chunk)}")
+    if datatype == "BOOL":
+        check_bool_bytes(where, chunk)
     return np.frombuffer(chunk, dtype=dtype).astype(dtype.newbyteorder("="), copy=True).reshape(shape)
 
 
@@ -189,7 +192,21 @@ def _from_json(where: str, datatype: str, shape: list[int], count: int, data: An
         info = np.iinfo(dtype)
         if flat and (min(flat) < info.min or max(flat) > info.max):
             raise bad(f"{where}: values outside {datatype}")
-    return np.array(flat, dtype=dtype).reshape(shape)
+        return np.array(flat, dtype=dtype).reshape(shape)
+    with np.errstate(over="ignore"):
+        arr = np.array(flat, dtype=dtype)
+    # JSON holds finite numbers only: a non-finite value here is one past the datatype's range (FP16 1e5,
+    # FP32 1e300), which was taken as infinity, or a NaN literal the standard library's json let through
+    if not np.isfinite(arr).all():
+        raise bad(f"{where}: values outside {datatype} (finite, within ±{float(np.finfo(dtype).max):.6g})")
+    return arr.reshape(shape)
+
+
+def check_bool_bytes(where: str, raw: Any) -> None:
+    """Binary BOOL data is one byte an element, 0 or 1: any other byte was taken as a numpy bool holding
+    it, fed to the model as is (undefined for a runtime's bool; printed ``True``)."""
+    if len(raw) and int(np.frombuffer(raw, dtype=np.uint8).max()) > 1:
+        raise bad(f"{where}: BOOL data holds a byte other than 0 or 1")
 
 
 def _outputs(raw: Any) -> tuple[list[str] | None, dict[str, bool], dict[str, int]]:
