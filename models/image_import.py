@@ -119,6 +119,12 @@ def _looks_like(spec: dict, channels: int):
     return None if best is None else best[1:]
 
 
+def _fits_hint(spec: dict, channels: int) -> str:
+    """The known normalisation the input quantization covers, as the end of an error message."""
+    seen = _looks_like(spec, channels)
+    return f"; the input quantization covers the range of {seen[0]} ({seen[1]})" if seen else ""
+
+
 def image_preprocess(spec: dict, *, resize: str = "bilinear-half-pixel", scale=None, mean=None, std=None,
                      warnings: list | None = None) -> dict:
     """The ``preprocess`` section for an image input ``spec`` (see the module doc),
@@ -155,8 +161,7 @@ def image_preprocess(spec: dict, *, resize: str = "bilinear-half-pixel", scale=N
         q = spec.get("quantization") or {"scale": 1.0, "zero_point": 0}
         flo, fhi = _range(norm, c)
         if lo < info.min - 1 or hi > info.max + 1:
-            seen = _looks_like(spec, c)
-            hint = f"; the input quantization covers the range of {seen[0]} ({seen[1]})" if seen else ""
+            hint = _fits_hint(spec, c)
             raise InputError(
                 f"the normalised pixels ({flo:.4g}..{fhi:.4g}) quantize to {lo:.1f}..{hi:.1f} with the input's "
                 f"scale {q['scale']:.6g} and zero point {q['zero_point']}, outside {dtype.name} "
@@ -167,8 +172,7 @@ def image_preprocess(spec: dict, *, resize: str = "bilinear-half-pixel", scale=N
         if share < _MIN_USABLE:
             # before 2026-12-07 only a warning: --scale 1/255 --mean 127.5 --std 127.5 imported, and every image
             # (cat, bird, Grace Hopper) was a "nematode", exit 0
-            seen = _looks_like(spec, c)
-            hint = f"; the input quantization covers the range of {seen[0]} ({seen[1]})" if seen else ""
+            hint = _fits_hint(spec, c)
             raise InputError(
                 f"the normalised pixels ({flo:.4g}..{fhi:.4g}) use {hi - lo:.1f} of the {info.max - info.min} steps "
                 f"of the {dtype.name} input ({share:.1%}, under {_MIN_USABLE:.0%}): nearly every image would reach "
