@@ -150,6 +150,12 @@ class DebugAnywhereGroup(click.Group):
         # cannot take it (`--help > /dev/full`) ended in a traceback and exit 1
         try:
             return super().main(*args, **kwargs)
+        except SystemExit as done:
+            if done.code in (0, None) and sys.stdout is None:    # `--help >&-`: click printed nothing, exit 0
+                err = _stdout_error(OSError(9, "stdout is closed"))
+                click.echo(f"error [{err.code}]: {one_line(err.message)}", err=True)
+                sys.exit(err.exit_code)
+            raise
         except BrokenPipeError:
             _reader_gone()
         except OSError as exc:

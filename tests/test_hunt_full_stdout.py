@@ -36,3 +36,11 @@ def test_score_onto_a_full_stdout_is_a_typed_error(text_art, tmp_path, json):
 def test_help_into_a_pipe_still_works():
     proc = shell("--help | head -1")
     assert proc.returncode == 0 and proc.stdout.startswith("Usage:"), proc.stderr
+
+
+@pytest.mark.parametrize("args", ["--help", "--version", "infer --help"])
+def test_help_onto_a_closed_stdout_is_a_typed_error_not_exit_0(args):
+    # click wrote to no stdout at all (>&-) and exited 0, as commands did before their guard refused it
+    proc = shell(f"{args} >&-")
+    assert proc.returncode == 2 and proc.stderr.startswith("error [input_invalid]") and "closed" in proc.stderr, \
+        proc.stderr
