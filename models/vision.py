@@ -105,6 +105,12 @@ class VisionInput:
             raise ArtifactError(f"unsupported channel count {channels}", file="manifest.json",
                                 code=ec.MANIFEST_FIELD_INVALID)
         self.mode: str = mode
+        shape = [int(d) for d in spec.get("shape") or []]
+        if len(shape) == 4 and [self.height, self.width, channels] not in (shape[1:], [shape[2], shape[3], shape[1]]):
+            # every vision task checks it here, at load: segmentation and pose failed at the first call (a
+            # feed of another shape, inference_failed) where detection already refused the artifact
+            raise ArtifactError(f"preprocess size {[self.height, self.width]} x {channels} channel(s) is not the model "
+                                f"input's shape {shape}", file="manifest.json", code=ec.MANIFEST_FIELD_INVALID)
         self.resize = pre.get("resize", "stretch")
         self.interpolation = pre.get("interpolation", "bilinear")
         if self.resize not in RESIZE_MODES or self.interpolation not in INTERPOLATIONS:
