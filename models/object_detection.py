@@ -213,6 +213,18 @@ class ObjectDetection(VisionTask):
     def sections_for(cls, inputs, outputs, post: dict) -> dict:
         """The ``postprocess`` section: the stated family/parameters resolved on these tensors."""
         facts = resolve(inputs, outputs, post)
+        known = {"family", "labels", *THRESHOLDS, *facts["params"],
+                 *(("rerun_nms",) if FAMILIES[facts["family"]].nms_in_graph else ())}
+        unknown = sorted(k for k in post if k not in known)
+        if unknown:
+            # a typo ("score_treshold": 0.9) was written into the manifest and never read: the default 0.25
+            # decided, exit 0. Each family reads its own keys, and the thresholds
+            import difflib
+
+            close = difflib.get_close_matches(str(unknown[0]), sorted(known), n=1)
+            raise TaskMismatch(f"postprocess {', '.join(map(repr, unknown))} is not read by the {facts['family']} "
+                               f"family (it reads {', '.join(sorted(known - {'family', 'labels'}))})"
+                               + (f"; did you mean {close[0]!r}?" if close else ""))
         stated = {k: v for k, v in post.items() if k not in ("family", "labels")}
         stated.update(check_thresholds({k: v for k, v in stated.items() if k in THRESHOLDS}, None, _mismatch))
         if FAMILIES[facts["family"]].nms_in_graph:

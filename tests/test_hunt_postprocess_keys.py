@@ -1,0 +1,38 @@
+"""``import --postprocess '{"score_treshold": 0.9}'`` (a typo) was written into the manifest and never read:
+the default 0.25 decided every detection, exit 0. A key the detector's family does not read is now refused at
+import (and convert), with the nearest key it reads; a key a family ignores (rerun_nms without a graph NMS)
+too. Artifacts already built still load."""
+
+from __future__ import annotations
+
+import pytest
+
+import edge_runtime as er
+from conftest import shared
+
+
+def _import(tmp_path, post: str):
+    from click.testing import CliRunner
+
+    from edge_runtime.cli import main
+
+    model = shared("detection", "yolov8n_tflite", "yolov8n_full_integer_quant.tflite")
+    return CliRunner().invoke(main, ["import", str(model), "-o", str(tmp_path / "a"), "--task", "object-detection",
+                                     "--postprocess", post])
+
+
+@pytest.mark.parametrize("post,hint", [('{"score_treshold": 0.9}', "did you mean 'score_threshold'"),
+                                       ('{"iou": 0.5}', "iou_threshold"),
+                                       ('{"rerun_nms": true}', "rerun_nms")])
+def test_a_postprocess_key_the_family_does_not_read_is_refused(tmp_path, post, hint):
+    r = _import(tmp_path, post)
+    assert r.exit_code == 2 and "is not read by the yolo family" in r.output and hint in r.output, r.output
+    assert not (tmp_path / "a" / "manifest.json").exists()
+
+
+def test_the_keys_it_reads_still_import_and_decide(tmp_path):
+    r = _import(tmp_path, '{"score_threshold": 0.9}')
+    assert r.exit_code == 0, r.output
+    with er.load(tmp_path / "a", device="tflite") as rt:
+        dets = rt.infer(str(shared("detection", "images", "bus.jpg"))).detections
+    assert dets and min(d["score"] for d in dets) >= 0.9
