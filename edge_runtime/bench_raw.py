@@ -14,6 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 
+_ORT_SHORT = {"CPUExecutionProvider": "cpu", "CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "tensorrt"}
+
+
 class OrtRaw:
     def __init__(self, path: str, options: dict):
         import onnxruntime as ort
@@ -23,8 +26,14 @@ class OrtRaw:
         so.inter_op_num_threads = 1
         if options.get("threads"):
             so.intra_op_num_threads = int(options["threads"])
-        self.sess = ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+        # the providers ours runs on (CUDA, TensorRT...), with their options: the CPU only where ours is on it
+        providers = list(options.get("providers") or ["CPUExecutionProvider"])
+        popts = options.get("provider_options") or {}
+        self.sess = ort.InferenceSession(path, sess_options=so, providers=providers,
+                                         provider_options=[dict(popts.get(p) or {}) for p in providers])
         self.outputs = [o.name for o in self.sess.get_outputs()]
+        ran = list(self.sess.get_providers())
+        self.device = "onnxruntime:" + _ORT_SHORT.get(ran[0], ran[0]) if ran else "onnxruntime:unknown"
 
     def run(self, feeds):
         return self.sess.run(self.outputs, feeds)
@@ -45,7 +54,9 @@ class OvRaw:
         self._config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": precision}
         if options.get("threads"):
             self._config["INFERENCE_NUM_THREADS"] = int(options["threads"])
-        self.latency = self.core.compile_model(path, "CPU", {**self._config, "PERFORMANCE_HINT": "LATENCY"})
+        self._device = str(options.get("ov_device") or "CPU")      # where ours compiles: GPU/NPU, not always CPU
+        self.latency = self.core.compile_model(path, self._device, {**self._config, "PERFORMANCE_HINT": "LATENCY"})
+        self.device = "openvino:" + self._device.lower()
         self.request = self.latency.create_infer_request()
         self._path, self._precision = path, precision
         self._tp: Any = None      # openvino.AsyncInferQueue, made on the first run_async
@@ -57,7 +68,8 @@ class OvRaw:
         import openvino as ov
 
         if self._tp is None:
-            compiled = self.core.compile_model(self._path, "CPU", {**self._config, "PERFORMANCE_HINT": "THROUGHPUT"})
+            compiled = self.core.compile_model(self._path, self._device,
+                                               {**self._config, "PERFORMANCE_HINT": "THROUGHPUT"})
             self._tp = ov.AsyncInferQueue(compiled)
         out = [None] * len(feeds_list)
 
@@ -84,6 +96,7 @@ class TfliteRaw:
         self.ins = {d["name"]: d["index"] for d in self.interp.get_input_details()}
         self.outs = [d["index"] for d in self.interp.get_output_details()]
         self.rename: dict[str, str] = {}
+        self.device = "tflite:cpu"
 
     def run(self, feeds):
         for name, arr in feeds.items():
@@ -93,6 +106,24 @@ class TfliteRaw:
 
     def run_async(self, feeds_list, concurrency: int = 2):
         return [self.run(f) for f in feeds_list]      # an interpreter is single-threaded: no async path
+
+
+def peak_rss_kb(status: str = "/proc/self/status", platform: str | None = None) -> int:
+    """This process's peak resident set in KiB: Linux's ``VmHWM`` (it belongs to this process image;
+    ``ru_maxrss`` keeps the forking parent's peak across exec), else ``ru_maxrss``, which macOS counts
+    in bytes and the other systems in KiB."""
+    import resource
+    import sys
+
+    try:
+        with open(status) as f:
+            hwm = [line for line in f if line.startswith("VmHWM:")]
+    except OSError:
+        hwm = []
+    if hwm:
+        return int(hwm[0].split()[1])
+    rss = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return rss // 1024 if (platform or sys.platform) == "darwin" else rss
 
 
 RAW = {"onnxruntime": OrtRaw, "openvino": OvRaw, "tflite": TfliteRaw}

@@ -17,7 +17,8 @@ throughput: higher is better).
 
 Honesty of the figures: the CPU they ran on is named (``cpu``, ``host``); the raw
 runner gets the thread count and precision our sessions actually run with
-(``threads_fit``'s one thread, OpenVINO's compiled precision) and one untimed call
+(``threads_fit``'s one thread, ``$EDGE_RUNTIME_THREADS``, OpenVINO's compiled precision) on the
+device ours runs on (onnxruntime's providers, OpenVINO's device; ``raw_device`` names it) and one untimed call
 before its latency rounds, as ours had its warm-up; a percentile computed from
 fewer calls a round than it needs (p95: 20, p99: 100) is listed in
 ``few_calls_for``; throughput counts only the items that succeeded (``*_failed``
@@ -28,6 +29,7 @@ report the device they ran on.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -68,15 +70,34 @@ def cpu_label(hardware: dict) -> str:
 
 def raw_options(rt, idx: int) -> dict:
     """The options the raw runner of bucket ``idx`` gets: ours as they run, not only as they were asked
-    for: the thread count ``threads_fit`` chose at load, the precision the session compiled with."""
+    for: the thread count the session runs with (the caller's, ``threads_fit``'s one, or
+    ``$EDGE_RUNTIME_THREADS``, which our backends read when no count is given), the precision the session
+    compiled with, and where it runs (onnxruntime's providers, OpenVINO's device): never the CPU against
+    ours on a GPU."""
     opts = dict(rt.device_options)
     fit = getattr(rt, "threads_fit", None) or {}
-    if fit.get("threads") and "threads" not in opts:
-        opts["threads"] = fit["threads"]
     sessions = getattr(rt, "_sessions", None) or []
-    precision = getattr(sessions[idx], "precision", None) if idx < len(sessions) else None
+    sess = sessions[idx] if idx < len(sessions) else None
+    if "threads" not in opts:       # a given count (0: the backend's default) stands
+        ran = getattr(sess, "threads", None)            # onnxruntime's intra-op count, as the session set it
+        env = os.environ.get("EDGE_RUNTIME_THREADS", "").strip()
+        if isinstance(ran, int) and not isinstance(ran, bool) and ran > 0:
+            opts["threads"] = ran
+        elif fit.get("threads"):
+            opts["threads"] = fit["threads"]
+        elif env.isdigit() and int(env) > 0:
+            opts["threads"] = int(env)
+    precision = getattr(sess, "precision", None)
     if isinstance(precision, str):
         opts["precision"] = precision
+    providers = getattr(sess, "providers", None)
+    if isinstance(providers, list) and providers:
+        opts["providers"] = [str(p) for p in providers]
+        po = getattr(sess, "provider_options", None) or {}
+        opts["provider_options"] = {str(p): {str(k): str(v) for k, v in (po.get(p) or {}).items()} for p in providers}
+    ov_device = getattr(sess, "_tp_device", None)       # OpenVINO: where ours compiles (AUTO resolved to CPU)
+    if isinstance(ov_device, str):
+        opts["ov_device"] = ov_device
     return opts
 
 
@@ -166,7 +187,7 @@ def throughput(rt, raws, samples, calls: int, repeats: int, batch: int, concurre
 
 
 _CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 mode, artifact, device, sample_path, calls = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 ran = {}
 if mode == "ours":
@@ -187,20 +208,25 @@ run()
 print(json.dumps({"first": time.time(), **ran}), flush=True)
 for _ in range(calls):
     run()
-# VmHWM belongs to this process image; ru_maxrss keeps the forking parent's peak across exec
-hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]
-rss = int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"rss_kb": rss}), flush=True)
+from edge_runtime.bench_raw import peak_rss_kb     # VmHWM, else ru_maxrss in KiB (macOS counts bytes)
+print(json.dumps({"rss_kb": peak_rss_kb()}), flush=True)
 """
 
 
 def _child(mode: str, artifact, device: str, sample_path: Path, calls: int) -> tuple[float, int, dict]:
+    from .errors import InferenceRuntimeError
+
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-c", _CHILD, mode, str(artifact), device, str(sample_path), str(calls)],
-                          capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{mode} child failed: {proc.stderr.strip()[-500:]}")
+    try:
+        proc = subprocess.run([sys.executable, "-c", _CHILD, mode, str(artifact), device, str(sample_path),
+                               str(calls)], capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise InferenceRuntimeError(f"the {mode} cold-start child gave no figures in 600 s", device=device) from None
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    if proc.returncode != 0 or len(lines) < 2 or "rss_kb" not in lines[1]:
+        # a typed error naming the child: never a cold start or RSS figure from a child that did not finish
+        raise InferenceRuntimeError(f"the {mode} cold-start child failed (exit {proc.returncode}): "
+                                    f"{proc.stderr.strip()[-500:] or 'no figures printed'}", device=device)
     ran = {k: v for k, v in lines[0].items() if k != "first"}
     return lines[0]["first"] - t0, lines[1]["rss_kb"], ran
 
@@ -261,8 +287,13 @@ def _raw_backends():
 def run_bench(artifact, device: str = "auto", *, calls: int = 50, repeats: int = 3, batch: int = 32,
               concurrency: int = 2, cold: bool = True, device_options: dict | None = None,
               strict: bool = False) -> dict:
+    from . import error_codes as ec
+    from .errors import InputError
     from .runtime import load
 
+    for name, v in (("calls", calls), ("repeats", repeats), ("batch", batch), ("concurrency", concurrency)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:     # no figure from zero calls or rounds
+            raise InputError(f"{name} must be an integer of at least 1, not {v!r}", code=ec.INPUT_INVALID)
     with load(artifact, device=device, device_options=device_options, strict=strict) as rt:
         samples = bucket_samples(rt)
         raws = []
@@ -271,18 +302,22 @@ def run_bench(artifact, device: str = "auto", *, calls: int = 50, repeats: int =
                                    raw_options(rt, idx)))
         from .host import host_record
 
-        fit = getattr(rt, "threads_fit", None) or {}
+        raw_device = getattr(raws[0], "device", None) if raws[0] is not None else None
         result = {"artifact": str(artifact), "model": rt.artifact.name, "device": rt.device,
                   "target": rt.variant["target"], "raw": rt.choice.backend_name if raws[0] is not None else None,
+                  "raw_device": raw_device,
                   "fallback": rt.choice.fallback or None,
                   "cpu": cpu_label(rt.hardware), "host": host_record(rt.hardware),
-                  "threads": rt.device_options.get("threads") or fit.get("threads"),
+                  "threads": raw_options(rt, 0).get("threads"),      # as the session runs (caller, fit, env)
                   "raw_options": raw_options(rt, 0) if raws[0] is not None else None,
                   "calls": calls, "repeats": repeats,
                   "units": {"latency": "ms per call", "throughput": "items/s", "cold_start": "s",
-                            "peak_rss_mb": "MiB (VmHWM kB / 1024)"},
+                            "peak_rss_mb": "MiB (VmHWM, else ru_maxrss, KiB / 1024)"},
                   "warm_latency": warm_latency(rt, raws, samples, calls, repeats),
                   "throughput": throughput(rt, raws, samples, calls, repeats, batch, concurrency)}
+        if raw_device is not None and raw_device != rt.device:
+            result["raw_device_differs"] = (f"the raw side ran on {raw_device}, ours on {rt.device}: "
+                                            "the ratios compare two devices")
         if cold:
             result["cold_start"] = cold_start(rt, samples, calls, repeats, device, device_options, strict)
     return result

@@ -40,11 +40,14 @@ def bench_cmd(artifact, device, require_device, device_option, calls, repeats, b
         click.echo(json.dumps(res, indent=2))
         return
     threads = f", {res['threads']} thread{'s' if res['threads'] != 1 else ''}" if res.get("threads") else ""
-    click.echo(f"{res['model']} on {res['device']} ({res['target']}{threads}); raw: {res['raw'] or 'no raw runner'}; "
+    raw = f"{res['raw']} on {res.get('raw_device') or '?'}" if res["raw"] else "no raw runner"
+    click.echo(f"{res['model']} on {res['device']} ({res['target']}{threads}); raw: {raw}; "
                f"medians of {res['repeats']} rounds x {res['calls']} calls")
     click.echo(f"CPU: {res['cpu']}")
     if res.get("fallback"):
         click.echo(f"note: {res['fallback']}; every figure is {res['device']}'s")
+    if res.get("raw_device_differs"):
+        click.echo(f"note: {res['raw_device_differs']}")
     click.echo(f"{'figure':<34}{'ours':>12}{'raw':>12}{'ours/raw':>10}")
 
     def row(name, ours, raw, ratio):
