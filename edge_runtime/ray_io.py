@@ -4,9 +4,11 @@ Input: a Parquet file (or a folder of them, in name order; Parquet files in its
 subfolders, a partitioned dataset, are refused, ``input_invalid``) read a row group at a
 time; ``Record(index, id, value, error, line)`` with ``line`` the 1-based row
 number across the files, ``id`` the ``--id-field`` column (default ``id`` when
-present, else null), the value the ``--field`` column (bytes for a binary column:
+a file has it, and then every file must, else null), the value the ``--field`` column (bytes for a binary column:
 an encoded image; a list for a list column). A row whose field is null gets an
-``input_field_missing`` error row, as a JSONL record without the field does.
+``input_field_missing`` error row, as a JSONL record without the field does; one whose
+value no JSON record could hold (a date, time, decimal, nested bytes) an ``input_wrong_type``
+error row, never its ``str`` scored.
 
 Output: the run writes its JSONL journal (``OUT.journal.jsonl``, with local score's
 contract: job record, ``--resume``, exactly once) and, when every input has its
@@ -92,27 +94,58 @@ def _id(v):
     return str(v)
 
 
+def _plain(t, top: bool = True) -> bool:
+    """Whether an Arrow column type holds what a JSON record could (bytes at the top: an encoded image),
+    decided once per batch, not per value (a list column of 150k floats a row). A date, time, decimal or
+    nested bytes reached the actors as its ``str`` (a date column scored as the text "2026-01-01", exit 0,
+    where a JSONL number is refused): not plain."""
+    import pyarrow.types as pt
+
+    if pt.is_string(t) or pt.is_large_string(t) or pt.is_integer(t) or pt.is_floating(t) or pt.is_boolean(t) \
+            or pt.is_null(t):
+        return True
+    if pt.is_binary(t) or pt.is_large_binary(t) or pt.is_fixed_size_binary(t):
+        return top
+    if pt.is_list(t) or pt.is_large_list(t) or pt.is_fixed_size_list(t):
+        return _plain(t.value_type, False)
+    if pt.is_dictionary(t):
+        return _plain(t.value_type, top)
+    if pt.is_struct(t):
+        return all(_plain(t.field(i).type, False) for i in range(t.num_fields))
+    return False
+
+
 def _records(path: Path, field: str, id_field: str | None) -> Iterator[Record]:
     import pyarrow.parquet as pq
 
     index = 0
-    for f in _files(path):
+    files = _files(path)
+    # the default id column is decided once for the whole input: a folder whose first file has ``id`` and a
+    # later one not (or the other way round) would give that file's rows null ids, silently
+    idc = id_field or ("id" if any("id" in pq.ParquetFile(f).schema_arrow.names for f in files) else None)
+    for f in files:
         pf = pq.ParquetFile(f)
         names = pf.schema_arrow.names
         if field not in names:
             raise InputError(f"{f}: no column {field!r} (columns: {', '.join(names)[:300]})",
                              code=ec.INPUT_FIELD_MISSING)
-        idc = id_field or ("id" if "id" in names else None)
         if idc is not None and idc not in names:
-            raise InputError(f"{f}: no id column {idc!r}", code=ec.INPUT_FIELD_MISSING)
+            why = "" if id_field else " (another file of this folder has one: every file needs it, or none)"
+            raise InputError(f"{f}: no id column {idc!r}{why}", code=ec.INPUT_FIELD_MISSING)
         cols = [field] + ([idc] if idc and idc != field else [])
         for batch in pf.iter_batches(columns=cols, batch_size=4096):
             values = batch.column(field).to_pylist()
+            plain = _plain(batch.schema.field(field).type)
             ids = batch.column(idc).to_pylist() if idc else [None] * len(values)
             for v, rid in zip(values, ids):
                 if v is None:
                     yield Record(index, _id(rid), error=InputError(f"row {index + 1} has no {field!r} value",
                                                                    code=ec.INPUT_FIELD_MISSING), line=index + 1)
+                elif not plain:
+                    yield Record(index, _id(rid), error=InputError(
+                        f"row {index + 1}: the {field!r} column is {batch.schema.field(field).type}, whose values "
+                        f"({type(v).__name__}) are no text, number, bytes or list of them; cast the column",
+                        code=ec.INPUT_WRONG_TYPE), line=index + 1)
                 else:
                     yield Record(index, _id(rid), v, line=index + 1)
                 index += 1

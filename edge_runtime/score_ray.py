@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import error_codes as ec
-from .errors import EdgeRuntimeError, InputError
+from .errors import EdgeRuntimeError, InferenceRuntimeError, InputError
 from .score import Progress, Summary, _append_to, _jsonable, _start_output, job_identity, prepare_output
 from .score_job import check_output, check_resume_options, overwrite
 
@@ -219,9 +219,10 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
                          "command on the cluster instead: `ray job submit --address http://HEAD:8265 -- "
                          "edge-infer score ... --engine ray --address auto`, or on the head node with "
                          "--address auto", code=ec.INPUT_INVALID)
-    if (batch_size is not None and batch_size < 1) or actors < 1 or cpus_per_actor <= 0:
-        raise InputError("--batch-size and --actors must be at least 1, --cpus-per-actor above 0",
-                         code=ec.INPUT_INVALID)
+    if (batch_size is not None and batch_size < 1) or actors < 1 or not 0 < cpus_per_actor < float("inf"):
+        # nan passed `<= 0` (and inf, with --address, the local fit check): Ray's own error, untyped
+        raise InputError(f"--batch-size and --actors must be at least 1, --cpus-per-actor a number above 0 "
+                         f"(got {cpus_per_actor!r})", code=ec.INPUT_INVALID)
     with load(artifact, device=device, strict=strict, device_options=device_options, warmup=False,
               tuned_for="throughput") as rt:
         cap = 4 * rt.limits.max_request_bytes + 65536
@@ -366,5 +367,14 @@ def _run(todo, writer: OrderedWriter, *, artifact, seal, device, target, strict,
         "device_options": device_options, "deadline_ms": deadline_ms, "verify": verify},
         compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor, batch_size=batch_size,
         batch_format="numpy")
-    for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-        writer.add(batch["index"], batch["text"], batch.get("where"))
+    try:
+        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            writer.add(batch["index"], batch["text"], batch.get("where"))
+    except ray.exceptions.RayError as exc:
+        # Ray itself failed (an object store or node out of memory, an actor past its restarts, a lost
+        # object): typed, with what is kept, not an "unexpected" bug report
+        msg = str(exc).strip().splitlines()
+        raise InferenceRuntimeError(
+            f"Ray failed mid-run ({type(exc).__name__}: {msg[0][:300] if msg else ''}): the output keeps its "
+            f"{writer.next} lines in input order; run again with --resume to score the rest",
+            code=ec.INFERENCE_FAILED, lines_written=writer.next) from exc
