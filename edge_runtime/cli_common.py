@@ -122,6 +122,13 @@ def _stdout_error(exc: OSError) -> InputError:
                       path="<stdout>")
 
 
+def _stdout_lost(exc: OSError):
+    """Outside any command's guard (click's own help, version, usage): the typed line on stderr, exit 2."""
+    err = _stdout_error(exc)
+    click.echo(f"error [{err.code}]: {one_line(err.message)}", err=True)
+    sys.exit(err.exit_code)
+
+
 def _reader_gone():
     """stdout's reader left (``edge-infer infer ... | head -3``): no error line, no traceback at
     exit; the status a shell gives a command killed by SIGPIPE (141), so ``pipefail`` still sees it."""
@@ -152,9 +159,7 @@ class DebugAnywhereGroup(click.Group):
             return super().main(*args, **kwargs)
         except SystemExit as done:
             if done.code in (0, None) and sys.stdout is None:    # `--help >&-`: click printed nothing, exit 0
-                err = _stdout_error(OSError(9, "stdout is closed"))
-                click.echo(f"error [{err.code}]: {one_line(err.message)}", err=True)
-                sys.exit(err.exit_code)
+                _stdout_lost(OSError(9, "stdout is closed"))
             raise
         except BrokenPipeError:
             _reader_gone()
@@ -162,9 +167,7 @@ class DebugAnywhereGroup(click.Group):
             if not _from_stdout(exc):
                 raise
             _drop_stdout()
-            err = _stdout_error(exc)
-            click.echo(f"error [{err.code}]: {one_line(err.message)}", err=True)
-            sys.exit(err.exit_code)
+            _stdout_lost(exc)
 
     def parse_args(self, ctx, args):
         args = list(args)

@@ -291,10 +291,7 @@ class ObjectDetection(VisionTask):
         self.params = facts["params"]
         self.input_hw = facts["input_hw"]
         self.input = buckets[0]["inputs"][0]
-        self.vision = VisionInput(self.pre, self.input)
-        if (self.vision.height, self.vision.width) != tuple(self.input_hw):
-            raise ArtifactError(f"preprocess size {self.pre['size']} is not the input's {list(self.input_hw)}",
-                                file="manifest.json", code=ec.MANIFEST_FIELD_INVALID)
+        self.vision = VisionInput(self.pre, self.input)     # refuses a preprocess size unlike the input's
         classes = facts["classes"]
         labels = self.read_labels()
         if labels is not None and classes is not None and len(labels) != classes:
