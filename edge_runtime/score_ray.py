@@ -24,8 +24,10 @@ The driver (this module, in the ``edge-infer`` process):
    early waits in a buffer. One write and a flush per block, fsync at most once a
    second, so a ``kill -9`` of the driver leaves complete lines plus at most one
    partial line, which ``--resume`` cuts. An actor killed mid-run is restarted by
-   Ray (``max_restarts=-1``) and its task retried (``max_task_retries=-1``): its
-   rows arrive once more, and are written once.
+   Ray (``max_restarts=-1``) and its task retried, at most ``RAY_TASK_RETRIES`` times
+   (Ray Data's default, -1, retried a record that kills its process every time
+   forever: the job never ended): its rows arrive once more, and are written once.
+   A block whose tries all die ends the job, typed, naming the first record not written.
 
 Artifact distribution: a **shared path**. Every node opens ``ARTIFACT`` at the same
 path (NFS, a mounted bucket, a baked image); each actor verifies it there and a
@@ -53,6 +55,7 @@ from .score import Progress, Summary, _append_to, _jsonable, _start_output, job_
 from .score_job import check_output, check_resume_options, overwrite
 
 OBJECT_STORE_BYTES = 200_000_000
+RAY_TASK_RETRIES = 2        # tries of a block whose actor died beyond the first: a poison record ends the job
 
 
 def start_ray(address: str | None = None, *, num_cpus: int | None = None) -> float:
@@ -366,7 +369,7 @@ def _run(todo, writer: OrderedWriter, *, artifact, seal, device, target, strict,
         "artifact": artifact, "expect_seal": seal, "device": device, "target": target, "strict": strict,
         "device_options": device_options, "deadline_ms": deadline_ms, "verify": verify},
         compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor, batch_size=batch_size,
-        batch_format="numpy")
+        batch_format="numpy", max_restarts=-1, max_task_retries=RAY_TASK_RETRIES)
     try:
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             writer.add(batch["index"], batch["text"], batch.get("where"))
@@ -374,7 +377,20 @@ def _run(todo, writer: OrderedWriter, *, artifact, seal, device, target, strict,
         # Ray itself failed (an object store or node out of memory, an actor past its restarts, a lost
         # object): typed, with what is kept, not an "unexpected" bug report
         msg = str(exc).strip().splitlines()
+        said = f"{type(exc).__name__}: {msg[0][:300] if msg else ''}"
+        if isinstance(exc, ray.exceptions.RayActorError):
+            # every try of one block killed its actor's process: a record there crashes the backend
+            # (natively, or its memory calls the OOM killer); --resume alone meets it again
+            first = next((r for r in todo if r.index == writer.next), None)
+            named = "" if first is None else f" (id {first.id!r}, input line {first.line})"
+            raise InferenceRuntimeError(
+                f"an actor's process died on the same block of records {RAY_TASK_RETRIES + 1} times, a fresh "
+                f"actor each time ({said}): a record in it crashes the backend or exhausts its memory. The "
+                f"first record not written is index {writer.next}{named}; the one that kills the actor is at "
+                f"or after it. The output keeps its {writer.next} lines in input order; --resume scores the "
+                f"rest, and meets the same crash while that record is in the input",
+                code=ec.INFERENCE_FAILED, lines_written=writer.next) from exc
         raise InferenceRuntimeError(
-            f"Ray failed mid-run ({type(exc).__name__}: {msg[0][:300] if msg else ''}): the output keeps its "
+            f"Ray failed mid-run ({said}): the output keeps its "
             f"{writer.next} lines in input order; run again with --resume to score the rest",
             code=ec.INFERENCE_FAILED, lines_written=writer.next) from exc

@@ -56,6 +56,12 @@ class FakeSession(DeviceSession):
             import signal
 
             os.kill(os.getpid(), signal.SIGSEGV)
+        poison = self._options["segfault_if_first"]      # one input that kills its process every time
+        if poison is not None and any(float(feeds[t["name"]].ravel()[0]) == poison for t in self._bucket["inputs"]):
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGSEGV)
         fail_after = self._options["fail_after"]
         if fail_after is not None and runs > fail_after:
             raise RuntimeError("injected backend failure")
@@ -97,6 +103,7 @@ class FakeBackend(DeviceBackend):
         Option("fail_after", int, None, "raise after this many successful runs", minimum=0),
         Option("fail_load", bool, False, "raise while loading"),
         Option("segfault_after", int, None, "die of SIGSEGV after this many runs (isolate=True only)", minimum=0),
+        Option("segfault_if_first", float, None, "die of SIGSEGV on an input whose first value is this"),
         Option("nan_after", int, None, "return NaN in float outputs after this many runs", minimum=0),
         Option("perturb", float, 0.0, "add Gaussian noise of this scale to float outputs", minimum=0),
     )
