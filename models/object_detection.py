@@ -142,6 +142,21 @@ def check_thresholds(values: dict, max_limit: int | None, err) -> dict:
     return out
 
 
+def unread_keys(post: dict, facts: dict) -> str | None:
+    """Why ``post`` holds keys the family of ``facts`` does not read (the first one's nearest read key
+    named), or None: such a key is never a silent no-op, at import nor at load."""
+    import difflib
+
+    known = {"family", "labels", *THRESHOLDS, *facts["params"],
+             *(("rerun_nms",) if FAMILIES[facts["family"]].nms_in_graph else ())}
+    unknown = sorted(str(k) for k in post if k not in known)
+    if not unknown:
+        return None
+    close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+    return (f"postprocess {', '.join(map(repr, unknown))} is not read by the {facts['family']} family (it reads "
+            f"{', '.join(sorted(known - {'family', 'labels'}))})" + (f"; did you mean {close[0]!r}?" if close else ""))
+
+
 def _match(dets: list[dict], pool: list[dict], used: set[int]) -> list[tuple[int, int, float]]:
     """Greedy (``dets`` best first) one-to-one matches ``(det index, pool index, IoU)`` by class at
     IoU >= MATCH_IOU, skipping pool entries in ``used`` (updated)."""
@@ -213,18 +228,11 @@ class ObjectDetection(VisionTask):
     def sections_for(cls, inputs, outputs, post: dict) -> dict:
         """The ``postprocess`` section: the stated family/parameters resolved on these tensors."""
         facts = resolve(inputs, outputs, post)
-        known = {"family", "labels", *THRESHOLDS, *facts["params"],
-                 *(("rerun_nms",) if FAMILIES[facts["family"]].nms_in_graph else ())}
-        unknown = sorted(k for k in post if k not in known)
-        if unknown:
+        unread = unread_keys(post, facts)
+        if unread:
             # a typo ("score_treshold": 0.9) was written into the manifest and never read: the default 0.25
             # decided, exit 0. Each family reads its own keys, and the thresholds
-            import difflib
-
-            close = difflib.get_close_matches(str(unknown[0]), sorted(known), n=1)
-            raise TaskMismatch(f"postprocess {', '.join(map(repr, unknown))} is not read by the {facts['family']} "
-                               f"family (it reads {', '.join(sorted(known - {'family', 'labels'}))})"
-                               + (f"; did you mean {close[0]!r}?" if close else ""))
+            raise TaskMismatch(unread)
         stated = {k: v for k, v in post.items() if k not in ("family", "labels")}
         stated.update(check_thresholds({k: v for k, v in stated.items() if k in THRESHOLDS}, None, _mismatch))
         if FAMILIES[facts["family"]].nms_in_graph:
@@ -287,6 +295,12 @@ class ObjectDetection(VisionTask):
         except TaskMismatch as exc:
             raise ArtifactError(f"object-detection: {exc}", file="manifest.json",
                                 code=ec.ARTIFACT_TASK_MISMATCH) from None
+        unread = unread_keys(self.post, facts)
+        if unread:
+            # an artifact imported before such keys were refused: its stated value never decided anything
+            raise ArtifactError(f"object-detection: {unread}. Import or convert the model again with the key "
+                                "spelled as the family reads it", file="manifest.json",
+                                code=ec.MANIFEST_FIELD_INVALID)
         self.family = FAMILIES[facts["family"]]
         self.params = facts["params"]
         self.input_hw = facts["input_hw"]

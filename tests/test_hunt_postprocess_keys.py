@@ -36,3 +36,26 @@ def test_the_keys_it_reads_still_import_and_decide(tmp_path):
     with er.load(tmp_path / "a", device="tflite") as rt:
         dets = rt.infer(str(shared("detection", "images", "bus.jpg"))).detections
     assert dets and min(d["score"] for d in dets) >= 0.9
+
+
+def test_an_artifact_built_before_the_refusal_is_refused_at_load_not_read_with_the_default(tmp_path):
+    """An artifact imported before the refusal above kept its typo in the manifest: it loaded, and the default
+    threshold 0.25 decided every detection, exit 0. Now its load is refused (``manifest_field_invalid``) naming
+    the key and the one the family reads; an artifact the importer writes today loads as before."""
+    from factories import rewrite_manifest
+
+    from edge_runtime import error_codes as ec
+    from edge_runtime.errors import ArtifactError
+
+    assert _import(tmp_path, '{"score_threshold": 0.9}').exit_code == 0
+    with er.load(tmp_path / "a", device="tflite", warmup=False):
+        pass
+
+    def typo(m):
+        m["postprocess"]["score_treshold"] = m["postprocess"].pop("score_threshold")
+    rewrite_manifest(tmp_path / "a", typo)
+    with pytest.raises(ArtifactError) as err:
+        er.load(tmp_path / "a", device="tflite", warmup=False)
+    assert err.value.code == ec.MANIFEST_FIELD_INVALID
+    assert "'score_treshold' is not read by the yolo family" in err.value.message
+    assert "did you mean 'score_threshold'" in err.value.message
