@@ -37,6 +37,7 @@ KEYPOINT_NAMES = ("nose", "left_eye", "right_eye", "left_ear", "right_ear", "lef
 SKELETON = ((0, 1), (0, 2), (1, 3), (2, 4), (0, 5), (0, 6), (5, 7), (7, 9), (6, 8), (8, 10), (5, 6), (5, 11),
             (6, 12), (11, 12), (11, 13), (13, 15), (12, 14), (14, 16))
 PCK_FRACTION = 0.05          # a keypoint agrees within this share of the image diagonal
+SCORE_SLACK = 0.01           # a keypoint score this far past 0..1 is quantisation overshoot (clipped)
 CONFIDENT = 0.3              # the reference score over which a keypoint also counts in "pck_confident"
 IMAGE_DTYPES = ("uint8", "int8", "float32")
 
@@ -125,7 +126,7 @@ class PoseEstimation(VisionTask):
         _check_normalised(rows, self.output)
         xy = np.stack([rows[:, 1] * self.vision.width, rows[:, 0] * self.vision.height], axis=1)
         pts = geo.points_to_original(xy).tolist()
-        scores = rows[:, 2].astype(float).tolist()
+        scores = _probabilities(rows[:, 2], self.output).tolist()
         kps = [{"name": n, "x": p[0], "y": p[1], "score": s} for n, p, s in zip(self.names, pts, scores)]
         return TaskOutput(prediction=float(np.mean(scores)) if scores else 0.0,
                           scores={n: s for n, s in zip(self.names, scores)}, keypoints=kps,
@@ -169,6 +170,18 @@ def _check_normalised(rows: np.ndarray, name: str) -> None:
         raise ArtifactError(f"output {name!r} is not normalised keypoints: its y, x span {lo:.4g}..{hi:.4g} (a pose "
                             "model here answers y, x in 0..1 of its input; pixel coordinates would put every "
                             "keypoint in the image's corner)", file="manifest.json", code=ec.ARTIFACT_TASK_MISMATCH)
+
+
+def _probabilities(raw: np.ndarray, name: str) -> np.ndarray:
+    """The keypoint scores as probabilities. A model answering logits (-3.2, 4.1) had them reported as scores,
+    and a caller's 0.3 threshold judged them, exit 0: scores past -0.01..1.01 are refused; within it, the
+    quantisation's overshoot is clipped to 0..1 (a uint8 step is 1/256)."""
+    s = raw.astype(float)
+    if s.size and (float(s.min()) < -SCORE_SLACK or float(s.max()) > 1 + SCORE_SLACK):
+        raise ArtifactError(f"output {name!r} does not give keypoint scores as probabilities: they span "
+                            f"{float(s.min()):.4g}..{float(s.max()):.4g}, not 0..1 (logits? the model needs its "
+                            "sigmoid)", file="manifest.json", code=ec.ARTIFACT_TASK_MISMATCH)
+    return np.clip(s, 0.0, 1.0)
 
 
 def _diagonal(out: TaskOutput, kps: list[dict]) -> float:

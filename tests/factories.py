@@ -54,6 +54,18 @@ def _variant(writer, root, buckets, target="fake", seed=0, write_model=write_fak
             "toolchain": {"edge-runtime": "test"}}
 
 
+def _pose_model(path, bucket, seed=0) -> None:
+    """The fake model of a pose artifact: random coordinates, and scores that are probabilities (fixed, 0.1..0.95:
+    a pose task refuses scores past 0..1 as a model answering logits)."""
+    write_fake_model(path, bucket, seed=seed)
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files}
+    arrays["W__keypoints"][:, 2::3] = 0.0
+    arrays["b__keypoints"][2::3] = np.linspace(0.1, 0.95, arrays["b__keypoints"][2::3].size)
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
 def _t(name, dtype, shape):
     return {"name": name, "dtype": dtype, "shape": list(shape)}
 
@@ -97,6 +109,8 @@ def make_artifact(root, task="text-classification", *, limits=None, buckets=(8, 
                "layout": "NCHW", "resize": "letterbox" if task == "object-detection" else "stretch",
                "interpolation": "bilinear", "pad": 114}
         out, post, labels = VISION[task]
+        if task == "pose-estimation" and write_model is write_fake_model:
+            write_model = _pose_model
         if labels:
             w.add_file("labels.txt", data=("\n".join(labels) + "\n").encode())
             post = {**post, "labels": "labels.txt"}

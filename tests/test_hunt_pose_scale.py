@@ -38,3 +38,18 @@ def test_the_real_movenet_still_answers(movenet_artifact):  # noqa: F811
     with er.load(movenet_artifact) as rt:
         res = rt.infer(str(shared("coral", "squat.bmp")))
     assert len(res.keypoints) == 17 and all(0 <= k["score"] <= 1 for k in res.keypoints)
+
+
+def test_scores_that_are_no_probabilities_are_refused_and_overshoot_is_clipped(movenet_artifact):  # noqa: F811
+    """A pose model answering logits for its keypoint scores (-3.2, 4.1) had them reported as scores, and a
+    caller's 0.3 threshold judged them, exit 0. Now scores past -0.01..1.01 are refused
+    (artifact_task_mismatch); a quantised overshoot within that slack is clipped to 0..1."""
+    with er.load(movenet_artifact) as rt:
+        for logit in (4.1, -3.2):
+            task, prep, out = _rows(rt, 1.0, score=logit)
+            with pytest.raises(er.ArtifactError) as ei:
+                task.finish(out, prep)
+            assert ei.value.code == "artifact_task_mismatch" and "not 0..1 (logits?" in ei.value.message
+        task, prep, out = _rows(rt, 1.0, score=1.004)
+        res = task.finish(out, prep)
+        assert all(k["score"] == 1.0 for k in res.keypoints) and res.prediction == 1.0

@@ -90,6 +90,8 @@ def check_preprocess_contract(cls) -> None:
 
 
 def _random_outputs(bucket: dict, seed: int = 0) -> dict:
+    """Outputs any model of the task could give: floats in 0..1 (probabilities, normalised coordinates and
+    logits alike; a task may refuse what its kind of model never answers, as pose refuses scores past 0..1)."""
     rng = np.random.default_rng(seed)
     outs = {}
     for spec in bucket["outputs"]:
@@ -98,7 +100,7 @@ def _random_outputs(bucket: dict, seed: int = 0) -> dict:
             info = np.iinfo(dtype)
             outs[spec["name"]] = rng.integers(max(info.min, -100), min(info.max, 100), spec["shape"]).astype(dtype)
         else:
-            outs[spec["name"]] = rng.standard_normal(spec["shape"]).astype(dtype)
+            outs[spec["name"]] = rng.random(spec["shape"]).astype(dtype)
     return outs
 
 
