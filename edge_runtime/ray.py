@@ -132,14 +132,19 @@ class EdgeScorer:
     the ``manifest_sha256`` the job was started with (the driver's copy); None accepts any
     valid sealed copy. ``device``/``target``/``strict``/``device_options``: as ``load``;
     ``threads`` (default: the actor's CPUs) is added to ``device_options`` unless given.
-    ``verify``: run the artifact's probe set on this node once before scoring.
+    ``verify``: run the artifact's probe set on this node once before scoring. ``job``: the run's key
+    for ``ray_poison``'s marks (a record that kills the actor every time gets a ``backend_crashed``
+    line); None: blocks are only retried.
     """
 
     def __init__(self, artifact: str, *, expect_seal: str | None = None, device: str = "auto",
                  target: str | None = None, strict: bool = False, device_options: dict | None = None,
                  deadline_ms: int | None = None, verify: bool = True, threads: int | None = None,
-                 warm: bool = True):
+                 warm: bool = True, job: str | None = None):
+        from .ray_poison import open_marks
+
         self.node = socket.gethostname()
+        self.marks = open_marks(job)
         self.deadline_ms = deadline_ms
         self.rt: Any = None
         self.load_error: EdgeRuntimeError | None = None
@@ -200,7 +205,7 @@ class EdgeScorer:
                     verify=verify, tuned_for="throughput")
 
     def __call__(self, batch: dict) -> dict:
-        from .score import _dump, _run_batch
+        from .score import _dump
         from .score_inputs import Record
 
         indexes = [int(i) for i in batch["index"]]
@@ -212,19 +217,26 @@ class EdgeScorer:
         if self.load_error is not None:
             pairs = [(r, r.error or self.load_error) for r in records]
         else:
-            try:
-                pairs = _run_batch(self.rt, records, self.deadline_ms)
-            except Exception as exc:    # noqa: BLE001 - never out of a batch: each row gets the failure
-                fail = exc if isinstance(exc, EdgeRuntimeError) else InferenceRuntimeError(
-                    f"the batch failed on node {self.node}: {type(exc).__name__}: {exc}",
-                    device=getattr(self.rt, "device", None), code=ec.INFERENCE_FAILED)
-                pairs = [(r, r.error or fail) for r in records]
+            from .ray_poison import score_guarded
+
+            pairs = score_guarded(records, self._run, self.marks, node=self.node, device=self.rt.device)
         texts, oks = [], []
         for record, outcome in pairs:
             line, text = _dump(record, outcome)
             texts.append(text)
             oks.append(bool(line["ok"]))
         return {"index": indexes, "ok": oks, "text": texts, "where": [self.where()] * len(indexes)}
+
+    def _run(self, records: list) -> list:
+        from .score import _run_batch
+
+        try:
+            return _run_batch(self.rt, records, self.deadline_ms)
+        except Exception as exc:    # noqa: BLE001 - never out of a batch: each row gets the failure
+            fail = exc if isinstance(exc, EdgeRuntimeError) else InferenceRuntimeError(
+                f"the batch failed on node {self.node}: {type(exc).__name__}: {exc}",
+                device=getattr(self.rt, "device", None), code=ec.INFERENCE_FAILED)
+            return [(r, r.error or fail) for r in records]
 
     def where(self) -> str:
         """What answers this actor's rows: ``"NODE:PID DEVICE verify=passed|none|off"``, or ``"NODE:PID

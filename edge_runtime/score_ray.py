@@ -27,7 +27,9 @@ The driver (this module, in the ``edge-infer`` process):
    Ray (``max_restarts=-1``) and its task retried, at most ``RAY_TASK_RETRIES`` times
    (Ray Data's default, -1, retried a record that kills its process every time
    forever: the job never ended): its rows arrive once more, and are written once.
-   A block whose tries all die ends the job, typed, naming the first record not written.
+   A record that kills its actor every time gets a ``backend_crashed`` line and the
+   job goes on (``ray_poison``: marks in Ray's key-value store); without the store,
+   a block whose tries all die ends the job, typed, naming the first record not written.
 
 Artifact distribution: a **shared path**. Every node opens ``ARTIFACT`` at the same
 path (NFS, a mounted bucket, a baked image); each actor verifies it there and a
@@ -46,6 +48,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -55,7 +58,7 @@ from .score import Progress, Summary, _append_to, _jsonable, _start_output, job_
 from .score_job import check_output, check_resume_options, overwrite
 
 OBJECT_STORE_BYTES = 200_000_000
-RAY_TASK_RETRIES = 2        # tries of a block whose actor died beyond the first: a poison record ends the job
+POISON_GUARD = True         # ray_poison's marks: a record that kills every actor gets a backend_crashed line
 
 
 def start_ray(address: str | None = None, *, num_cpus: int | None = None) -> float:
@@ -355,6 +358,7 @@ def _run(todo, writer: OrderedWriter, *, artifact, seal, device, target, strict,
     import ray
 
     from .ray import EdgeScorer, to_rows
+    from .ray_poison import RAY_TASK_RETRIES, open_marks, ray_failure
 
     for name in ("ray.data", "ray.data._internal.execution.streaming_executor"):
         logging.getLogger(name).setLevel(logging.WARNING)       # no per-dataset INFO lines on stderr
@@ -363,11 +367,14 @@ def _run(todo, writer: OrderedWriter, *, artifact, seal, device, target, strict,
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
     rows = to_rows(todo)
+    job = f"score-{uuid.uuid4().hex}" if POISON_GUARD else None
+    marks = open_marks(job)
     per_block = max(batch_size, min(4 * batch_size, -(-len(rows) // (4 * actors))))
     ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // per_block)))
     ds = ds.map_batches(EdgeScorer, fn_constructor_kwargs={
         "artifact": artifact, "expect_seal": seal, "device": device, "target": target, "strict": strict,
-        "device_options": device_options, "deadline_ms": deadline_ms, "verify": verify},
+        "device_options": device_options, "deadline_ms": deadline_ms, "verify": verify,
+        "job": job if marks is not None else None},
         compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor, batch_size=batch_size,
         batch_format="numpy", max_restarts=-1, max_task_retries=RAY_TASK_RETRIES)
     try:
@@ -376,21 +383,8 @@ def _run(todo, writer: OrderedWriter, *, artifact, seal, device, target, strict,
     except ray.exceptions.RayError as exc:
         # Ray itself failed (an object store or node out of memory, an actor past its restarts, a lost
         # object): typed, with what is kept, not an "unexpected" bug report
-        msg = str(exc).strip().splitlines()
-        said = f"{type(exc).__name__}: {msg[0][:300] if msg else ''}"
-        if isinstance(exc, ray.exceptions.RayActorError):
-            # every try of one block killed its actor's process: a record there crashes the backend
-            # (natively, or its memory calls the OOM killer); --resume alone meets it again
-            first = next((r for r in todo if r.index == writer.next), None)
-            named = "" if first is None else f" (id {first.id!r}, input line {first.line})"
-            raise InferenceRuntimeError(
-                f"an actor's process died on the same block of records {RAY_TASK_RETRIES + 1} times, a fresh "
-                f"actor each time ({said}): a record in it crashes the backend or exhausts its memory. The "
-                f"first record not written is index {writer.next}{named}; the one that kills the actor is at "
-                f"or after it. The output keeps its {writer.next} lines in input order; --resume scores the "
-                f"rest, and meets the same crash while that record is in the input",
-                code=ec.INFERENCE_FAILED, lines_written=writer.next) from exc
-        raise InferenceRuntimeError(
-            f"Ray failed mid-run ({said}): the output keeps its "
-            f"{writer.next} lines in input order; run again with --resume to score the rest",
-            code=ec.INFERENCE_FAILED, lines_written=writer.next) from exc
+        first = next((r for r in todo if r.index == writer.next), None)
+        raise ray_failure(exc, writer.next, first) from exc
+    finally:
+        if marks is not None:
+            marks.clear_job()

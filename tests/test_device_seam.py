@@ -150,7 +150,8 @@ def test_a_typo_in_a_device_option_exits_2_naming_the_valid_ones(make_artifact):
     res = CliRunner().invoke(main, ["infer", str(art), "--image", str(img), "--device-option", "stal_ms=3"])
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith("error [device_option_unknown]: unknown device option 'stal_ms' for fake (valid: "
-                                 "cancellable, fail_after, fail_load, nan_after, perturb, segfault_after, stall_ms); did you mean "
+                                 "cancellable, fail_after, fail_load, nan_after, perturb, segfault_after, segfault_if_first, "
+                                 "stall_ms); did you mean "
                                  "'stall_ms'?")
     assert "Traceback" not in res.stderr and len(res.stderr.splitlines()) == 1
 
