@@ -243,15 +243,20 @@ REQUIRE_HELP = "Fail (exit 4) instead of falling back to another device."
 def device_options(pairs) -> dict:
     """``--device-option KEY=VALUE`` (repeatable); values parse as JSON when they can. Which
     keys and values are valid is the chosen backend's declaration, checked at load."""
-    out = {}
+    out: dict = {}
     for pair in pairs or ():
         key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise InputError(f"--device-option wants KEY=VALUE, got {pair!r}", code=ec.INPUT_INVALID)
         try:
-            out[key.strip()] = json.loads(value)
+            parsed = json.loads(value)
         except ValueError:
-            out[key.strip()] = value
+            parsed = value
+        if key in out and repr(out[key]) != repr(parsed):   # `threads=1` then `threads=2` ran on 2, silently
+            raise InputError(f"--device-option {key} given more than once with different values: give it once",
+                             code=ec.INPUT_INVALID, option=key)
+        out[key] = parsed
     return out
 
 

@@ -78,6 +78,11 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
         raise InputError("give exactly one of --text, --text-file, --image, --input", code=ec.INPUT_MISSING)
     (flag, value), = given.items()
     overrides = _limit_overrides(limit)
+    if deadline_ms is not None and overrides.get("deadline_ms", deadline_ms) != deadline_ms:
+        # the call's deadline_ms replaces the limits' one: `--limit deadline_ms=50 --deadline-ms 3000` ran
+        # under 3000 ms, exit 0, the lowered limit dropped silently (before 2026-12-07)
+        raise InputError(f"--deadline-ms {deadline_ms} and --limit deadline_ms={overrides['deadline_ms']} disagree: "
+                         "give the deadline once", code=ec.INPUT_INVALID)
     if draw_path is not None:
         _check_draw(draw_path, flag, value)
     from .runtime import load

@@ -118,6 +118,12 @@ def tune(artifact, rounds, no_batch, no_save, as_json):
     Later loads with device auto on this machine (same artifact, same backend
     versions) use the cached decision; `edge-infer devices --artifact` shows it.
     A decision that cannot be cached (a read-only cache dir) exits 4 unless --no-save.
+
+    \b
+    Examples:
+      edge-infer tune out/digits-int8
+      edge-infer tune out/minilm --rounds 5 --no-batch --json
+      edge-infer tune out/digits-int8 --no-save
     """
     from .tune import tune as run_tune
 

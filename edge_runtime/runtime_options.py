@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import os
+
 from edge_runtime.devices.base import PROVENANCE_KEYS
 
 from . import error_codes as ec
@@ -16,8 +18,11 @@ def quota_threads(hardware, backend, options: dict, choice) -> dict | None:
     set the thread count (the caller, the artifact, ``$EDGE_RUNTIME_THREADS``): the backends' default
     is a thread per core the machine shows (ONNX Runtime: 64 on a 64-core host under ``docker
     --cpus 2``), threads the quota throttles while they spin. None otherwise."""
-    if "threads" in options or not any(o.name == "threads" for o in backend.options):
+    opt = next((o for o in backend.options if o.name == "threads"), None)
+    if "threads" in options or opt is None:
         return None
+    if opt.env and os.environ.get(opt.env):     # the operator's count, as the backend reads it: never overridden
+        return None     # (before 2026-12-07 a quota replaced EDGE_RUNTIME_THREADS=2 by its usable count, silently)
     if choice.suitability.tier != "cpu":
         return None
     try:
