@@ -2,7 +2,11 @@
 
 A group's entries come from every installed distribution: this project's own
 first, then any other's over them, so a plug-in may replace a built-in by name.
-Broken metadata never breaks the built-ins: it reads as no entries.
+Two other distributions that claim one name with different objects are a clash:
+the name resolves to neither (``resolve_ref`` raises ``PluginClash`` naming both,
+which each registry reports as its broken plug-in error), never silently to the
+one whose folder came later on ``sys.path``. Broken metadata never breaks the
+built-ins: it reads as no entries.
 """
 
 from __future__ import annotations
@@ -113,23 +117,68 @@ def forget_scan() -> None:
         _scan = None
 
 
+class PluginClash(ImportError):
+    """Two installed distributions register one entry-point name (of one group) with different objects."""
+
+
+class ClashRef(str):
+    """What ``entry_point_refs`` gives for a name two other distributions claim: a readable string
+    (``"dist-a: mod_a:Cls | dist-b: mod_b:Cls"``) that ``resolve_ref`` refuses with ``PluginClash``."""
+
+    group: str
+    name: str
+    claims: tuple[tuple[str, str], ...]
+
+    def __new__(cls, group: str, name: str, claims: list[tuple[str, str]]) -> "ClashRef":
+        self = super().__new__(cls, " | ".join(f"{dist}: {value}" for dist, value in claims))
+        self.group, self.name, self.claims = group, name, tuple(claims)
+        return self
+
+    def error(self) -> PluginClash:
+        return PluginClash(f"entry point {self.name!r} of group {self.group} is registered {len(self.claims)} "
+                           f"times, to different objects ({self}): uninstall all but one of these "
+                           f"distributions, or give the plug-ins different names")
+
+
 def entry_point_refs(group: str) -> dict[str, str]:
-    """name -> "module:attr" for ``group``, this distribution's entries first and any other's over them."""
+    """name -> "module:attr" for ``group``, this distribution's entries first and any other's over them.
+    A name that two other distributions register with different values is a ``ClashRef`` (before
+    2026-12-07 the one scanned last won, silently)."""
     eps = _all_entry_points().get(group, [])
-    found: dict[str, str] = {}
-    for own in (True, False):
-        for ep in eps:
-            if (ep.dist == OWN_DIST) == own:
-                found[ep.name] = ep.value
+    found: dict[str, str] = {ep.name: ep.value for ep in eps if ep.dist == OWN_DIST}
+    claims: dict[str, list[tuple[str, str]]] = {}
+    for ep in eps:
+        if ep.dist != OWN_DIST:
+            claims.setdefault(ep.name, [])
+            if (ep.dist, ep.value) not in claims[ep.name]:
+                claims[ep.name].append((ep.dist, ep.value))
+    for name, claimed in claims.items():
+        if len({value for _, value in claimed}) == 1:
+            found[name] = claimed[0][1]
+        else:
+            found[name] = ClashRef(group, name, claimed)
     return found
 
 
+# the entry-point object reference ``importlib.metadata.EntryPoint`` reads: "module", "module:attr.sub",
+# whitespace around the parts, and an optional "[extra, ...]" (packaging metadata only: not loaded)
+_REF = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
+
+
 def resolve_ref(ref: str):
-    """The object a "module:attr.sub" reference names (imports the module; raises what import/getattr raise)."""
+    """The object a "module:attr.sub" reference names (imports the module; raises what import/getattr raise).
+    The reference is read as ``importlib.metadata`` reads it (``mod:Cls [extra]``, before 2026-12-07 an
+    ``AttributeError``, loads ``mod.Cls``); one it cannot read is a ``ValueError``, a ``ClashRef`` a
+    ``PluginClash``."""
     import importlib
 
-    module, _, attr = ref.partition(":")
-    obj = importlib.import_module(module)
+    if isinstance(ref, ClashRef):
+        raise ref.error()
+    match = _REF.match(ref.strip()) if isinstance(ref, str) else None
+    if match is None:
+        raise ValueError(f"{ref!r} is not an entry-point reference (module or module:attr)")
+    obj = importlib.import_module(match.group("module"))
+    attr = match.group("attr")
     for part in attr.split(".") if attr else ():
         obj = getattr(obj, part)
     return obj
