@@ -279,6 +279,8 @@ def summary_lines(d: dict) -> list[str]:
            f"B: {b['model']} v{b['version']} {b['target']} on {b['device']} (seal {str(b['manifest_sha256'])[:12]}…)"]
     rule = "top-1" if d["kind"] == "classification" else f"{d['kind']}" + (
         f" >= {d['agree_at']}" if d.get("agree_at") is not None else "")
+    if d["kind"] is None:       # no input answered on both sides: no comparison ran (it read "None")
+        rule = "no input answered by both sides"
     out.append(f"{d['total']} inputs" + (f" (resumed after {d['resumed_from']})" if d["resumed_from"] else "")
                + f": agreement {rate_text(d['agree'], d['compared'])} ({d['agree']} of {d['compared']} compared, "
                f"{rule}); "
@@ -317,6 +319,8 @@ def summary_lines(d: dict) -> list[str]:
         out.append(f"accuracy: {d['accuracy_note']}")
     if d.get("unknown_labels"):
         out.append(f"accuracy: {d['unknown_labels']['note']}")
+    if d.get("eval_skipped"):
+        out.append(f"accuracy: {d['eval_skipped']['note']}")
     la, lb = d["latency_ms"]["a"], d["latency_ms"]["b"]
 
     def pct(side: dict, p: str) -> str:       # a percentile from too few inputs is the slowest one: starred
@@ -334,9 +338,10 @@ def summary_lines(d: dict) -> list[str]:
     if d["worst"]:
         out.append(f"worst {len(d['worst'])}:")
         for e in d["worst"]:
-            def side(s):
-                return (f"{s.get('prediction')}" + (f" ({s['score']:.3f})" if isinstance(s.get("score"), float)
-                                                    else "")) if s.get("ok") else f"error {s.get('code')}"
+            def side(s):        # an answer with no class (an embedding, tensors) is "ok", never "None"
+                shown = "ok" if s.get("prediction") is None else s["prediction"]
+                return (f"{shown}" + (f" ({s['score']:.3f})" if isinstance(s.get("score"), float)
+                                      else "")) if s.get("ok") else f"error {s.get('code')}"
             cmp = e.get("compare") or {}
             fig = next((f"{k} {_f(cmp[k])}" for k in ("margin", "cosine", "f1", "pixel_agreement", "pck")
                         if isinstance(cmp.get(k), (int, float))),

@@ -1,5 +1,9 @@
 """Input readers for ``edge-infer score``: JSONL, CSV, plain text, an image folder.
 
+The format, unless given, is the suffix's (``detect_format``): ``.jsonl``, ``.ndjson`` and ``.json``
+are JSONL, ``.csv`` and ``.tsv`` CSV, a folder images, anything else text. A Parquet file (``PAR1``
+at both ends) is refused whatever the format (``input_invalid``): only ``--engine ray`` reads it.
+
 Each reader yields ``Record(index, id, value, error, line)`` in input order,
 one per input, and never stops on a bad record: an unparsable JSON line, a
 missing field, an over-long line or an undecodable row becomes a record
@@ -93,7 +97,7 @@ def detect_format(path: Path) -> str:
     if path.is_dir():
         return "images"
     suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
+    if suffix in (".jsonl", ".ndjson", ".json"):    # .json read as text scored each JSON line whole, "ok"
         return "jsonl"
     if suffix in (".csv", ".tsv"):
         return "csv"
@@ -177,7 +181,9 @@ def read_records(path, fmt: str | None = None, *, field: str = "text", id_field:
     if path.is_file():      # refused before a line is written (a pipe: by its reader, on its first bytes)
         try:
             with open(path, "rb") as fh:
-                refuse_wide_bom(fh.read(4), path)
+                head = fh.read(4)
+                refuse_wide_bom(head, path)
+                refuse_parquet(fh, head, path, fmt)
         except OSError as exc:
             raise InputError(f"cannot read input {path}: {exc.strerror or exc}",
                              code=ec.INPUT_FILE_UNREADABLE) from None
@@ -186,6 +192,20 @@ def read_records(path, fmt: str | None = None, *, field: str = "text", id_field:
     if fmt == "jsonl":
         return RecordStream(read_jsonl(path, cap, field, id_field), source)
     return RecordStream(read_csv(path, cap, field, id_field), source)
+
+
+def refuse_parquet(fh, head: bytes, path: Path, fmt: str) -> None:
+    """A Parquet file (``PAR1`` at both ends) is no text, JSONL or CSV: read as lines, the runs of its
+    bytes that decoded as UTF-8 were scored ``ok`` (exit 0). Only ``--engine ray`` reads Parquet."""
+    if head != b"PAR1":
+        return
+    fh.seek(0, os.SEEK_END)
+    if fh.tell() < 8:
+        return
+    fh.seek(-4, os.SEEK_END)
+    if fh.read(4) == b"PAR1":
+        raise InputError(f"{path} is a Parquet file, not {fmt}: only --engine ray reads Parquet (--format parquet); "
+                         f"the local engine reads JSONL, CSV/TSV, text or an image folder", code=ec.INPUT_INVALID)
 
 
 def _count_lines(path: Path) -> int:

@@ -145,6 +145,8 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
                          f"option", code=ec.INPUT_FIELD_MISSING)
     if unknown.get("count"):        # never silently unlabelled: a typo'd label column gave no accuracy at all
         summary.unknown_labels = (int(unknown["count"]), str(unknown["first"]))
+    if unknown.get("skipped") and labels_a is not None:      # as eval skips them: out of the accuracy, said
+        summary.eval_skipped = (int(unknown["skipped"]), str(unknown["skipped_first"]))
     if labels_a is None and labelled:
         task = getattr(rt_a.task, "name", None) or rt_a.artifact.task
         summary.accuracy_note = (f"the input holds {labelled} labelled record{'s' if labelled > 1 else ''}, but A is "

@@ -238,6 +238,8 @@ def render(summary: dict, latencies: tuple[Sequence[Any], Sequence[Any]], figure
         cards.append(("accuracy", "-", summary["accuracy_note"]))
     if summary.get("unknown_labels"):
         cards.append(("unknown labels", str(summary["unknown_labels"]["count"]), summary["unknown_labels"]["note"]))
+    if summary.get("eval_skipped"):
+        cards.append(("not eval rows", str(summary["eval_skipped"]["count"]), summary["eval_skipped"]["note"]))
     few = any("p99" in (lat[k].get("few_samples_for") or ()) for k in ("a", "b"))
     cards.append(("latency p50 A / B", f"{_fmt(lat['a']['p50'], 3)} / {_fmt(lat['b']['p50'], 3)} ms",
                   f"p99 {_fmt(lat['a']['p99'], 3)} / {_fmt(lat['b']['p99'], 3)} ms"

@@ -113,6 +113,7 @@ class ShadowSummary:
     accuracy_note: str | None = None
     labels_note: str | None = None      # A's and B's labels share no text: compared by class index alone
     unknown_labels: tuple | None = None     # (how many, the first and where): labels naming no class of A's
+    eval_skipped: tuple | None = None       # (how many, the first and why): images eval skips (no truth)
     repeated: frozenset = frozenset()   # label texts a labels file repeats: the matrix names them with their id
     labels_basis: str | None = None     # how B's classes are read as A's (``use_labels``): same, text or index
     labels_a: list | None = field(default=None, repr=False)     # each side's labels (``use_labels``)
@@ -257,6 +258,15 @@ class ShadowSummary:
                 "note": f"{n} labelled input{'s' if n > 1 else ''} name{'s' if n == 1 else ''} no class of A's labels "
                         f"(the first: {first}): left out of the accuracy, as eval skips them"}
 
+    def _eval_skipped(self) -> dict | None:
+        if not self.eval_skipped:
+            return None
+        n, first = self.eval_skipped
+        return {"count": n, "first": first,
+                "note": f"{n} input{'s' if n > 1 else ''} of the image folder {'are' if n > 1 else 'is'} no "
+                        f"<label>/<image> row eval evaluates (the first: {first}): compared, but left out of "
+                        f"the accuracy, as eval skips {'them' if n > 1 else 'it'}"}
+
     def to_dict(self) -> dict:
         # full figures (``sig``: 12 significant digits, never decimals): min and max are the inputs' own values
         figs: dict[str, dict[str, Any]] = {k: {"mean": _mean(v), "min": float(np.min(v)),
@@ -285,7 +295,7 @@ class ShadowSummary:
                 "only_b_failed": self.only_b_failed, "figures": figs, "flips": self.flips(),
                 "matrix": self.matrix_table() if self.matrix else None, "accuracy": acc, "accuracy_note": note,
                 "labels_note": self.labels_note, "labels_basis": self.labels_basis,
-                "unknown_labels": self._unknown_labels(),
+                "unknown_labels": self._unknown_labels(), "eval_skipped": self._eval_skipped(),
                 "latency_ms": {"a": _latency(self.latencies_a), "b": _latency(self.latencies_b),
                                "basis": "each side's result latency_ms: one infer(), raw input in, result out"},
                 "errors": {"a": dict(sorted(self.errors_a.items())), "b": dict(sorted(self.errors_b.items()))},

@@ -1,5 +1,7 @@
-"""The truth of each input of ``edge-infer shadow``: the class its label names (an image folder's
-first folder, or a CSV/JSONL label field), as a **class id** of side A's labels, and the same
+"""The truth of each input of ``edge-infer shadow``: the class its label names (the label folder of
+an image folder's ``<label>/<image>`` row that ``eval`` evaluates, never a deeper file, a second name
+of one image or a dangling link: ``_eval_rows``; or a CSV/JSONL label field), as a **class id** of
+side A's labels, and the same
 class among B's labels, resolved as ``edge-infer eval`` does (``evaluate.LabelIndex``).
 
 Never a label text: a labels file may repeat a text (ImageNet's ``crane`` at 134 and 517), and a
@@ -19,7 +21,7 @@ from typing import Iterator, NamedTuple
 
 from . import error_codes as ec
 from .errors import InputError
-from .eval_labels import LabelIndex, ambiguous_label, is_classifier
+from .eval_labels import LabelIndex, Skipped, ambiguous_label, is_classifier
 
 NO_CLASS = -1       # ``Truth.b`` where B's labels have no class of that text: B is wrong whatever it answers
 
@@ -166,10 +168,39 @@ def repeated_texts(*labels: list[str] | None) -> frozenset:
     return frozenset(t for lab in labels if lab for t, ids in LabelIndex(lab).by_text.items() if len(ids) > 1)
 
 
-def _label_values(source: dict | None, label_field: str) -> Iterator[tuple[str | None, str, bool]]:
-    """(the raw label or None, where it is, is it a folder) of each record of ``source`` in reader
-    order; for an image folder the first folder of the record's path, else the ``label_field``
-    column/field. Ends where the labels end (no source, stdin, no label column)."""
+class _AllSkipped(Skipped):
+    """``Skipped`` that keeps every skipped path's reason (``path -> reason``), not only examples."""
+
+    def __init__(self):
+        super().__init__()
+        self.paths: dict[str, str] = {}
+
+    def add(self, reason: str, where: dict, detail: str) -> None:
+        super().add(reason, where, detail)
+        self.paths.setdefault(str(where.get("path", "")), reason)
+
+
+def _eval_rows(root: Path) -> tuple[dict[str, str] | None, dict[str, str]]:
+    """The image folder as ``edge-infer eval`` reads it: (each evaluated image's relative path -> its
+    label folder's name, each skipped path -> eval's reason: ``nested_folder``, ``duplicate``,
+    ``broken_symlink``, ``not_an_image``, ...). (None, {}) where eval cannot walk it (a folder that
+    cannot be listed: the run's own error record names it)."""
+    from .evaluate import _folder_rows
+
+    skipped = _AllSkipped()
+    try:
+        kept = {where["path"]: str(label) for _, label, where in _folder_rows(root, None, skipped)}
+    except (InputError, OSError):
+        return None, {}
+    return kept, skipped.paths
+
+
+def _label_values(source: dict | None, label_field: str) -> Iterator[tuple[str | None, str, bool, str | None]]:
+    """(the raw label or None, where it is, is it a folder, eval's skip reason or None) of each record
+    of ``source`` in reader order; for an image folder the label folder of a ``<label>/<image>`` path
+    that ``eval`` evaluates (a deeper file, a dangling symlink, a second name of one image, a file
+    eval reads as no image: no label, with eval's reason: accuracy as ``eval`` measures it), else the
+    ``label_field`` column/field. Ends where the labels end (no source, stdin, no label column)."""
     from .score_inputs import read_records
 
     if source is None:
@@ -181,10 +212,19 @@ def _label_values(source: dict | None, label_field: str) -> Iterator[tuple[str |
         # record there, so the labels of the images after it went one record early (a failure took the
         # next image's label, the last image none)
         root = Path(source["path"])
+        kept, skipped = _eval_rows(root)
         for rec in read_images(root):
             rel = str(rec.id)
-            head = rel.split("/")[0] if "/" in rel and rec.error is None else None
-            yield head, f"{root}: folder {head!r}", True
+            if rec.error is not None or "/" not in rel:
+                yield None, str(root), True, None
+            elif kept is None:      # the folder could not be walked as eval walks it: <label>/<image> only
+                head = rel.split("/")[0] if rel.count("/") == 1 else None
+                yield head, f"{root}: folder {head!r}" if head else f"{root}: {rel}", True, \
+                    None if head else "nested_folder"
+            elif rel in kept:
+                yield kept[rel], f"{root}: folder {kept[rel]!r}", True, None
+            else:
+                yield None, f"{root}: {rel}", True, skipped.get(rel, "not_in_label_folder")
         return
     if source["format"] not in ("csv", "jsonl") or not read_twice(source):
         return
@@ -194,7 +234,7 @@ def _label_values(source: dict | None, label_field: str) -> Iterator[tuple[str |
         stream = read_records(source["path"], source["format"], field=label_field, id_field=label_field)
         for rec in stream:
             raw = rec.value if rec.error is None else None
-            yield (None if raw is None else str(raw).strip()), f"{source['path']} line {rec.line}", False
+            yield (None if raw is None else str(raw).strip()), f"{source['path']} line {rec.line}", False, None
     except InputError as exc:
         if exc.code != ec.INPUT_FIELD_MISSING:      # a header naming the label column twice: which is meant?
             raise InputError(f"the labels of {source['path']} cannot be read (--label-field {label_field}): "
@@ -233,10 +273,15 @@ def check_labels(source: dict | None, labels: list[str] | None, label_field: str
     (``input_invalid``) at the first label that names several (a text the labels file repeats),
     before anything runs. ``labels`` None (no classifier): the records that carry a label at all.
     ``unknown`` (a dict) gets ``count``, the labels that name no class (left out of the accuracy,
-    as ``eval`` skips them as ``unknown_label``), and ``first``, the first of them and where."""
+    as ``eval`` skips them as ``unknown_label``), and ``first``, the first of them and where; and
+    ``skipped``, the images ``eval`` would skip (``nested_folder``, ``duplicate``, ``broken_symlink``,
+    ...: no truth, out of the accuracy), and ``skipped_first``, the first and its reason."""
     index = None if labels is None else LabelIndex(labels)
     n = 0
-    for raw, where, folder in _label_values(source, label_field):
+    for raw, where, folder, skip in _label_values(source, label_field):
+        if skip is not None and unknown is not None:    # eval skips it: out of the accuracy, said so
+            unknown["skipped"] = unknown.get("skipped", 0) + 1
+            unknown.setdefault("skipped_first", f"{where}: {skip}")
         if raw is None:
             continue
         named = index is None or _truth(raw, index, labels or [], None, where, folder) is not None
@@ -253,7 +298,7 @@ def truths(source: dict | None, labels: list[str] | None, label_field: str = "la
     A's), then None for ever. ``labels`` None (not a classifier, no labels): no truth."""
     if labels:
         index, to_b = LabelIndex(labels), b_classes(labels, labels_b)
-        for raw, where, folder in _label_values(source, label_field):
+        for raw, where, folder, _skip in _label_values(source, label_field):
             yield None if raw is None else _truth(raw, index, labels, to_b, where, folder)
     while True:
         yield None
