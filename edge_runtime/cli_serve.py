@@ -73,13 +73,16 @@ def _say(line: str) -> None:
 @click.option("--insecure", is_flag=True, help="Allow a non-loopback bind without a token.")
 @device_flags(require=False)
 @click.option("--max-in-flight", default=4, show_default=True, type=click.IntRange(1),
-              help="Requests running at once per model.")
+              help="Requests running at once per model (a model that batches: merged batches, up to 32 "
+                   "requests each).")
 @click.option("--max-queue", default=64, show_default=True, type=click.IntRange(0),
-              help="Requests waiting per model; beyond in-flight + queue the answer is 429.")
+              help="Requests waiting per model; beyond in-flight (x 32 for a model that batches) + queue the "
+                   "answer is 429.")
 @click.option("--batch-delay-ms", default=1.0, show_default=True, type=Finite(0),
               help="Dynamic batching window for backends with a batch path (OpenVINO); 0 turns it off.")
 @click.option("--max-body-bytes", default=8 * 1024 * 1024, show_default=True, type=click.IntRange(1),
-              help="Largest HTTP request body; a larger Content-Length is refused (413) unread.")
+              help="Largest HTTP request body, and gRPC message; a larger Content-Length is refused (413) "
+                   "unread, a larger gRPC message RESOURCE_EXHAUSTED.")
 @click.option("--read-timeout", default=10.0, show_default=True, type=Finite(0.01),
               help="Seconds the request head (line and headers), and then its whole body, may each take "
                    "to arrive (408 after).")

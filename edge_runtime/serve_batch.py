@@ -60,7 +60,8 @@ class DynamicBatching:
     _batches: int
     _batched_requests: int
 
-    async def _call(self, m: _Model, items: list, t_end: float, options: dict | None) -> list:
+    async def _call(self, m: _Model, items: list, t_end: float, options: dict | None,
+                    largest: list[int] | None = None) -> list:
         raise NotImplementedError        # ServeCore's: the model call, within the deadline
 
     def _enter(self) -> None:
@@ -76,8 +77,11 @@ class DynamicBatching:
         return min(self.max_batch_items, int(lim.max_batch_items)), int(lim.max_request_bytes)
 
     @staticmethod
-    def _bytes_of(m: _Model, items: list) -> int:
-        """The runtime's own measure of the items (``task.request_bytes``, as ``infer_batch`` sums it)."""
+    def _bytes_of(m: _Model, items: list, largest: list[int] | None = None) -> int:
+        """The runtime's own measure of the items (``task.request_bytes``, as ``infer_batch`` sums it);
+        one item already measured for the inline check (``largest``) is not measured again."""
+        if largest and len(items) == 1:
+            return largest[0]
         size = m.rt.task.request_bytes
         return sum(int(size(x)) for x in items)
 
@@ -100,11 +104,11 @@ class DynamicBatching:
         return chunks
 
     # -- joining, flushing, running -----------------------------------------------------------
-    async def _batched(self, m: _Model, items: list, t_end: float) -> list:
+    async def _batched(self, m: _Model, items: list, t_end: float, largest: list[int] | None = None) -> list:
         """Join the model's pending batch; the first request of a batch schedules its flush.
         The answer is awaited until this request's own deadline, whatever its batch's."""
         loop = asyncio.get_running_loop()
-        job = _Job(items, loop.create_future(), t_end, self._bytes_of(m, items))
+        job = _Job(items, loop.create_future(), t_end, self._bytes_of(m, items, largest))
         m.pending.append(job)
         m.waiting += 1
         max_items, max_bytes = self._batch_bounds(m)
@@ -200,7 +204,8 @@ class DynamicBatching:
             at += len(j.items)
 
     # -- a request run by itself --------------------------------------------------------------
-    async def _alone(self, m: _Model, items: list, t_end: float, options: dict | None) -> list:
+    async def _alone(self, m: _Model, items: list, t_end: float, options: dict | None,
+                     largest: list[int] | None = None) -> list:
         """The model call of a request that is not merged, held to the request's own deadline:
         queued for a slot past it, it leaves the queue (504); running past it, its 504 comes at
         its deadline while the call keeps the slot until the model thread returns. An inline call
@@ -222,13 +227,13 @@ class DynamicBatching:
         finally:
             m.waiting -= 1
         m.running += 1
-        if m.runs_inline(items):
+        if m.runs_inline(items, largest):
             try:
-                return await self._call(m, items, t_end, options)
+                return await self._call(m, items, t_end, options, largest)
             finally:
                 m.running -= 1
                 m.sem.release()
-        call = asyncio.get_running_loop().create_task(self._call(m, items, t_end, options))
+        call = asyncio.get_running_loop().create_task(self._call(m, items, t_end, options, largest))
         waiting = [True]                # its caller still waits for it
         call.add_done_callback(lambda t: _free(m, t, waiting[0]))
         self._keep(call)

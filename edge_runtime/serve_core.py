@@ -288,20 +288,22 @@ class ServeCore(DynamicBatching):
     async def _run(self, m: _Model, items: list, t_end: float, options: dict | None) -> list:
         if m.sem is None:
             m.sem = asyncio.Semaphore(self.max_in_flight)
+        largest: list[int] = []          # the items measured once for every inline check (runs_inline)
         if self._batches_on(m) and options is None and len(items) < self.max_batch_items and \
-                not m.runs_inline(items):
-            return await self._batched(m, items, t_end)
-        return await self._alone(m, items, t_end, options)       # its own slot, within its own deadline
+                not m.runs_inline(items, largest):
+            return await self._batched(m, items, t_end, largest)
+        return await self._alone(m, items, t_end, options, largest)    # its own slot, within its own deadline
 
     def _batches_on(self, m: _Model) -> bool:
         return m.batched and self.batch_delay_s > 0
 
-    async def _call(self, m: _Model, items: list, t_end: float, options: dict | None) -> list:
+    async def _call(self, m: _Model, items: list, t_end: float, options: dict | None,
+                    largest: list[int] | None = None) -> list:
         remaining_ms = (t_end - time.perf_counter()) * 1000
         if remaining_ms <= 0:
             raise InferenceTimeout("the request's deadline passed while it was queued", code=ec.INFERENCE_TIMEOUT)
         inline = m.inline
-        if inline is not None and m.runs_inline(items):
+        if inline is not None and m.runs_inline(items, largest):
             usage = thread_usage()
             t = time.perf_counter()
             try:
@@ -345,6 +347,17 @@ class ServeCore(DynamicBatching):
         and its bytes received in ``edge_serve_received_bytes_total``."""
         self._requests[(self._metric_model(model, version), status)] += 1
         self._received_bytes += int(received_bytes)
+
+    def recount(self, model: str, version: str | None, status: str) -> None:
+        """A request the core answered (counted ``ok``) whose answer its front end could not send
+        (HTTP JSON cannot carry a BYTES element that is not UTF-8): counted under ``status`` instead.
+        Called with no await since ``infer`` returned: no scrape saw the ``ok``, no counter goes down."""
+        name = self._metric_model(model, version)
+        key = (name, "ok")
+        self._requests[key] -= 1
+        if self._requests[key] <= 0:
+            del self._requests[key]
+        self._requests[(name, status)] += 1
 
     def _metric_model(self, model: str, version: str | None) -> str:
         """The ``model`` label of a request for ``model`` (``version``), as every refusal counts it, in

@@ -15,8 +15,9 @@ from . import error_codes as ec
 from . import serve_proto as sp
 from .serve_output_params import GRPC_OUTPUT_PARAMETERS, classification_count, refuse_shared_memory
 from .serve_tensors import MAX_DIMS, shape_count
-from .serve_types import BYTES, DATATYPES, InferRequest, InferResponse, ServeError, Tensor, numeric_bytes
-from .serve_wire import check_bool_bytes
+from .serve_types import (BYTES, DATATYPES, InferRequest, InferResponse, ServeError, Tensor, bytes_elements,
+                          numeric_bytes)
+from .serve_wire import MAX_BYTES_ELEMENTS, check_bool_bytes
 
 # datatype -> the InferTensorContents field that carries it (FP16 has none: raw only)
 _CONTENTS_FIELD: Final[dict[str, str]] = {
@@ -109,6 +110,8 @@ def _tensor(t: Any, raw: bytes | None) -> Tensor:
     name, datatype = t.name, t.datatype
     shape = _shape(t)
     count = shape_count(f"input {name!r}", shape)
+    if datatype == BYTES and count > MAX_BYTES_ELEMENTS:   # as over HTTP: before a Python loop splits them
+        raise _bad(f"input {name!r}: {count} BYTES elements, over the server's {MAX_BYTES_ELEMENTS}")
     params = {k: param_value(v) for k, v in t.parameters.items()}
     refuse_shared_memory(f"input {name!r}", params)
     if datatype != BYTES and datatype not in DATATYPES:
@@ -177,7 +180,7 @@ def to_message(resp: InferResponse) -> Any:
             _set_param(msg.parameters[k], v)
     for t in resp.outputs:
         if t.datatype == BYTES:
-            items = list(np.asarray(t.data, dtype=object).reshape(-1)) if isinstance(t.data, np.ndarray) else list(t.data)
+            items = bytes_elements(t.data)
             raw = join_bytes(items)
             shape = list(t.shape) if t.shape else [len(items)]
         else:

@@ -131,9 +131,14 @@ class InferEndpoint:
             return await send_error(send, err)
         try:
             resp = await core.infer(req)
-            payload, json_len = encode_response(resp, binary_all, binary_named)
-        except Exception as exc:       # ServeError from the core, or a bug while encoding
+        except Exception as exc:       # ServeError from the core (counted there)
             return await send_error(send, serve_error(exc))
+        try:
+            payload, json_len = encode_response(resp, binary_all, binary_named)
+        except Exception as exc:       # an answer JSON cannot carry (a BYTES element not UTF-8), or a bug
+            refusal = serve_error(exc)
+            core.recount(req.model, req.version, refusal.status)     # counted "ok" by the core: it is not
+            return await send_error(send, refusal)
         if json_len is None:
             return await _send(send, 200, payload, _JSON)
         await _send(send, 200, payload, b"application/octet-stream",

@@ -103,14 +103,20 @@ class _Model:
     inline: Inline | None = None      # sub-millisecond models run on the event loop (serve_inline)
     outputs: ServedOutputs | None = None   # what its answers hold, from its task (serve_tensors.served_outputs)
 
-    def runs_inline(self, items: list) -> bool:
+    def runs_inline(self, items: list, largest: list[int] | None = None) -> bool:
         """Whether this request runs on the event loop: few enough items, none much larger than the sample
-        its call time was measured on (``Inline.admits``)."""
+        its call time was measured on (``Inline.admits``). ``largest``: the request's own cache of its
+        largest item's ``request_bytes`` (empty until first needed): a request is asked up to three
+        times on its way (``_run``, ``_alone``, ``_call``), its items measured once."""
         inl = self.inline
-        if inl is None or not inl.on:
+        if inl is None or not inl.admits(len(items)):
             return False
-        size = self.rt.task.request_bytes
-        return inl.admits(len(items), max(map(size, items), default=0))
+        if largest is None or not largest:
+            size = int(max(map(self.rt.task.request_bytes, items), default=0))
+            if largest is None:
+                return inl.admits(len(items), size)
+            largest.append(size)
+        return inl.admits(len(items), largest[0])
 
 
 def _metadata(m: _Model) -> dict:

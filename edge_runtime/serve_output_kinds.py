@@ -14,7 +14,7 @@ import numpy as np
 from . import error_codes as ec
 from . import serve_json
 from .serve_output_params import classes_to_send, classification_tensor
-from .serve_types import BYTES, DATATYPES, ServeError, Tensor, datatype_of
+from .serve_types import BYTES, DATATYPES, ServeError, Tensor, bytes_elements, datatype_of
 
 _BIG = ("embedding", "outputs", "raw_outputs")
 MASK_PAD = 255       # the class id of the padding of a mask smaller than its request's largest (VOC's "void")
@@ -56,7 +56,13 @@ _BY_DTYPE = {np.dtype(v): k for k, v in DATATYPES.items()}
 
 def _array_tensor(name: str, arr: np.ndarray) -> Tensor:
     arr = np.ascontiguousarray(arr)
-    return Tensor(name, _BY_DTYPE.get(arr.dtype) or datatype_of(arr), list(arr.shape), arr)
+    datatype = _BY_DTYPE.get(arr.dtype) or datatype_of(arr)
+    if datatype == BYTES:         # a model's text output: a flat list of bytes, as every BYTES tensor's data
+        try:
+            return Tensor(name, BYTES, list(arr.shape), bytes_elements(arr))
+        except TypeError as exc:
+            raise internal(f"output {name!r}: {exc}") from None
+    return Tensor(name, datatype, list(arr.shape), arr)
 
 
 @dataclass(frozen=True)
@@ -253,17 +259,28 @@ def tensors_outputs(declared: list[tuple[str, str, list]]) -> list[Output]:
     for name, datatype, shape in declared:
         along = bool(shape) and shape[0] in (1, -1)
         meta = (-1, *shape[1:]) if along else (-1, *shape)
-        outs.append(Output(name, datatype, tuple(meta), _tensor_maker(name, along)))
+        outs.append(Output(name, datatype, tuple(meta), _tensor_maker(name, along, datatype)))
     return outs + [result_output(default=False)]
 
 
-def _tensor_maker(name: str, along: bool) -> Callable[[list], Tensor]:
+def _as_declared(arr: np.ndarray, datatype: str | None) -> np.ndarray:
+    """An output in the datatype its metadata states where that holds every value exactly (a device's
+    float16 for a float32 output, int32 for int64): the answer's datatype is the metadata's. Any
+    other keeps its own datatype, which the response names (never a value changed to fit)."""
+    want = DATATYPES.get(datatype or "")
+    if want is None or arr.dtype == np.dtype(want) or arr.dtype.kind not in "biuf" \
+            or not np.can_cast(arr.dtype, want, "safe"):
+        return arr
+    return arr.astype(want)
+
+
+def _tensor_maker(name: str, along: bool, datatype: str | None = None) -> Callable[[list], Tensor]:
     def make(rs: list) -> Tensor:
         arrays = []
         for r in rs:
             if name not in (r.outputs or {}):
                 raise internal(f"a result has no output {name!r}")
-            arrays.append(np.asarray(r.outputs[name]))
+            arrays.append(_as_declared(np.asarray(r.outputs[name]), datatype))
         if len({a.shape for a in arrays}) != 1:
             raise bad(f"output {name!r} has a different shape for each item "
                       f"({', '.join(str(list(a.shape)) for a in arrays)}): send the items in separate requests")

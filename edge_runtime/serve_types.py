@@ -58,6 +58,24 @@ def numeric_bytes(datatype: str, data: Any) -> bytes:
     return arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
 
 
+def bytes_elements(data: Any) -> list[bytes]:
+    """A BYTES tensor's elements, flat and row-major, each as bytes: a list of bytes (what the server
+    builds) as it is; a numpy array of any shape (a model's text output: object, str or bytes elements)
+    flattened, a str as its UTF-8. Iterating a 2-D object array gave rows, and ``bytes(row)`` the
+    row's memory: pointers went out as an answer."""
+    if type(data) is list and all(type(x) is bytes for x in data):
+        return data
+    out = []
+    for x in (np.asarray(data, dtype=object).reshape(-1) if isinstance(data, np.ndarray) else data):
+        if isinstance(x, str):
+            out.append(x.encode("utf-8"))
+        elif isinstance(x, (bytes, bytearray, memoryview)):
+            out.append(bytes(x))
+        else:
+            raise TypeError(f"a BYTES element is {type(x).__name__}, not text or bytes")
+    return out
+
+
 def list_values(datatype: str, data: list) -> list:
     """A flat list's values as its datatype holds them (FP32: rounded to float32, as the binary form
     and a numpy array of the datatype would; FP16: through numpy), for the JSON form."""

@@ -22,10 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from . import error_codes as ec
 from . import serve_json
 from .serve_output_params import HTTP_OUTPUT_PARAMETERS, classification_count, refuse_shared_memory
 from .serve_tensors import bad, shape_count
-from .serve_types import BYTES, DATATYPES, InferRequest, InferResponse, Tensor, list_values, numeric_bytes
+from .serve_types import (BYTES, DATATYPES, InferRequest, InferResponse, ServeError, Tensor, bytes_elements,
+                          list_values, numeric_bytes)
 
 HEADER_LENGTH = "inference-header-content-length"
 # BYTES elements are items (texts, images): far more than any batch limit is refused before it is parsed
@@ -257,7 +259,7 @@ def encode_response(resp: InferResponse, binary_all: bool, binary_named: dict[st
             o["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
         elif t.datatype == BYTES:
-            o["data"] = [bytes(x).decode("utf-8", "replace") for x in t.data]
+            o["data"] = _json_texts(t)
         else:
             o["data"] = list_values(t.datatype, t.data) if type(t.data) is list else np.asarray(t.data).ravel().tolist()
         outs.append(o)
@@ -272,7 +274,22 @@ def encode_response(resp: InferResponse, binary_all: bool, binary_named: dict[st
     return head + b"".join(blobs), len(head)
 
 
+def _json_texts(t: Tensor) -> list[str]:
+    """A BYTES output's elements as JSON strings: UTF-8 text only. Bytes that are not UTF-8 cannot be a
+    JSON string unchanged (decoded with replacement they came back altered, with a 200): the binary
+    extension carries them as they are."""
+    out = []
+    for i, x in enumerate(bytes_elements(t.data)):
+        try:
+            out.append(x.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ServeError("bad_request", f"output {t.name!r}: element {i} is not UTF-8 text, which a JSON "
+                             "string cannot carry unchanged: request it with \"binary_data\": true",
+                             ec.SERVE_REQUEST_MALFORMED) from None
+    return out
+
+
 def _to_binary(t: Tensor) -> bytes:
     if t.datatype == BYTES:
-        return b"".join(_LEN.pack(len(x)) + bytes(x) for x in t.data)
+        return b"".join(_LEN.pack(len(x)) + x for x in bytes_elements(t.data))
     return numeric_bytes(t.datatype, t.data)
