@@ -21,15 +21,9 @@ import pytest
 pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray")
 
+from test_ray_hunt import ray_cluster  # noqa: E402,F401 - one local Ray for the module (2 CPUs)
+
 POISON = 7
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(address="local", num_cpus=2, object_store_memory=200_000_000, include_dashboard=False,
-             logging_level="WARNING", log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def _job(tmp_path):
