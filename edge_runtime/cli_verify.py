@@ -139,15 +139,23 @@ def tune(artifact, rounds, no_batch, no_save, as_json):
 
 
 def _no_decision(entry: dict):
-    """Why tune kept nothing: a candidate measured under budget (exit 7), or none ran (exit 4)."""
+    """Why tune kept nothing: a candidate measured under budget (exit 7), every path that ran judged
+    nothing (its probes compared nothing: the probe set's fault, exit 3), or none ran (exit 4)."""
     from . import error_codes as ec
-    from .errors import DeviceError, ParityError
+    from .errors import ArtifactError, DeviceError, ParityError
     from .tune_cache import rows_text
 
     text = rows_text(entry)
-    if any(r.get("passed") is False and not r.get("error") for r in entry["rows"]):
+    ran = [r for r in entry["rows"] if not r.get("error")]
+    if any(r.get("passed") is False for r in ran):
         return ParityError(f"no candidate path met the parity budget on the probe set here ({text}): device auto "
                            "keeps the static policy", code=ec.PARITY_BELOW_BUDGET_HERE)
+    if ran and all(r.get("not_judged") for r in ran):
+        # before 2026-12-07: "no candidate path ran the probe set here", exit 4, of paths that had run
+        return ArtifactError(f"every candidate path ran the probe set here, but its probes compared nothing the "
+                             f"parity budget can judge ({text}): re-convert with probe samples the task can compare "
+                             "(a detector's with objects in them); device auto keeps the static policy",
+                             file="probe", code=ec.PROBE_INVALID)
     return DeviceError(f"no candidate path ran the probe set here ({text})", code=ec.DEVICE_LOAD_FAILED)
 
 
@@ -180,7 +188,10 @@ def _print_tune(e: dict) -> None:
         opts = f" {json.dumps(d['device_options'])}" if d["device_options"] else ""
         click.echo(f"measured ({purpose}): {d['target']} on {d['backend']}{opts}")
     if not e["decision"]:
-        click.echo("no candidate met the parity budget here: auto keeps the static policy")
+        ran = [r for r in e["rows"] if not r.get("error")]
+        why = ("no candidate's probes compared anything its budget can judge here" if ran and all(
+            r.get("not_judged") for r in ran) else "no candidate met the parity budget here")
+        click.echo(f"{why}: auto keeps the static policy")
     if e.get("cache_file"):
         click.echo(f"cached: {e['cache_file']}")
     elif e.get("cache_error"):

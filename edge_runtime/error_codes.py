@@ -253,8 +253,8 @@ MANIFEST_FIELD_INVALID: Final = _code("manifest_field_invalid", "artifact",
 PROBE_MISSING: Final = _code("probe_missing", "artifact",
                              "The artifact has no probe set to verify with (re-convert it with this edge-runtime).")
 PROBE_INVALID: Final = _code("probe_invalid", "artifact", "The artifact's probe set does not decode, holds no sample, "
-                             "holds a sample its task refuses, inflates past its recorded size, or does not match "
-                             "its manifest.")
+                             "holds a sample its task refuses, inflates past its recorded size, does not match "
+                             "its manifest, or compares nothing its budget can judge (tune).")
 MANIFEST_SHAPE_DYNAMIC: Final = _code("manifest_shape_dynamic", "artifact",
                                       "A tensor shape in the manifest is not static.")
 MANIFEST_TASK_UNKNOWN: Final = _code("manifest_task_unknown", "artifact",

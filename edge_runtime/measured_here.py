@@ -20,7 +20,7 @@ def tuned_summary(entry: dict | None, choice) -> dict | None:
     rows = entry.get("rows", [])
     return {"decided_by": choice.decided_by, "static": entry.get("static"), "decision": entry.get("decision"),
             "measured": [{k: r.get(k) for k in ("target", "backend", "device_options", "metric", "value", "budget",
-                                                "passed", "latency_ms_median", "batch_items_per_s")
+                                                "passed", "not_judged", "latency_ms_median", "batch_items_per_s")
                           if k in r} | ({"error": _error_code(r["error"])} if r.get("error") else {}) for r in rows],
             "created": entry.get("created"), "cache_file": entry.get("cache_file")}
 

@@ -182,7 +182,8 @@ def _why(best: dict, rows: list[dict], purpose: str) -> str:
     shown = "; ".join(f"{r['target']} on {r['backend']}{_opts(r)}: "
                       + (f"failed ({_code(r['error'])})" if "error" in r else     # first: a row timed, then failed
                          f"{r[field]} {unit}, {r.get('metric', 'parity')} {r['value']:.4f}"
-                         + (", under budget" if r.get("passed") is False else "")
+                         + (", under budget" if r.get("passed") is False else
+                            ", not judged (its probes compared nothing)" if r.get("not_judged") else "")
                          if field in r and r.get("value") is not None else
                          "not judged (its probes compared nothing)" if r.get("not_judged") else
                          f"under budget ({r.get('value')})")

@@ -337,7 +337,9 @@ def rows_text(entry: dict) -> str:
                      + (f"failed ({r['error'] if isinstance(r['error'], str) else r['error'].get('code')})"
                         if r.get("error") else
                         f"{r.get('metric', 'parity')} {r.get('value')}, "
-                        + {True: "pass", False: "UNDER BUDGET"}.get(r.get("passed"), "no budget"))
+                        # a budget is recorded but the probes compared nothing: not "no budget"
+                        + ("not judged" if r.get("not_judged") else
+                           {True: "pass", False: "UNDER BUDGET"}.get(r.get("passed"), "no budget")))
                      for r in entry.get("rows") or []) or "no candidate ran"
 
 

@@ -340,8 +340,8 @@ def _chosen_failed(path, device, hardware, exc: EdgeRuntimeError):
     art = load_artifact(path, verify=False)
     hw = hardware if hardware is not None else hw_probe.detect_cached()
     probe = read_probe(art)         # each probe file read once: the bytes hashed are the bytes parsed
-    chosen = {**_static_choice(art, hw, device), "device_options": {}, "chosen": True, "error": exc.to_dict(),
-              "passed": False}
+    chosen = {**_static_choice(art, hw, device), "device_options": {}, "fallback": None, "chosen": True,
+              "error": exc.to_dict(), "passed": False}
     if device not in (None, "auto"):
         chosen["device"] = device           # the device asked for failed, not the one a fallback would take
     built = ((art.manifest.get("build") or {}).get("host_info") or {})
@@ -354,8 +354,8 @@ def _static_choice(art, hw, device) -> dict:
     """The path the policy picks for a row whose runtime never loaded (``?`` when none can)."""
     from .selection import choose
 
-    try:
-        c = choose(art.manifest["variants"], hw, device=device)
+    try:        # strict for a named device: a fallback's path (one that runs) named as the one that failed
+        c = choose(art.manifest["variants"], hw, device=device, strict=device not in (None, "auto"))
     except EdgeRuntimeError:
         return {"target": "?", "backend": "?", "device": device, "decided_by": "policy"}
     return {"target": c.variant["target"], "backend": c.backend_name, "device": c.suitability.device,
@@ -381,7 +381,7 @@ def _verify_one(path, cand: dict, hw, probe: ProbeSet, kw: dict) -> dict:
     from .runtime import load
 
     base = {"target": cand["target"], "backend": cand["backend"], "device_options": cand["device_options"],
-            "chosen": False}
+            "fallback": None, "chosen": False}
     try:
         rest = {k: v for k, v in kw.items() if k not in ("device_options", "strict")}
         rt = load(path, device=cand["backend"], target=cand["target"], strict=True, hardware=hw,
