@@ -40,7 +40,8 @@ def eval_cmd(artifact, data, device, require_device, device_option, limit, min_a
     \b
     Rows that cannot be evaluated (no tab, an unknown label, an image in a
     folder that is no label, an image reached a second time through a
-    symlink, a dangling symlink, ...) are skipped, counted by reason and shown
+    symlink, a dangling symlink, an image in a dot-folder such as .cache/,
+    ...) are skipped, counted by reason and shown
     with their line number or path; accuracy is over the evaluated rows
     (an inference error counts as wrong), the skipped ones are reported
     beside it.
@@ -95,6 +96,25 @@ def _where(ex: dict) -> str:
     return ex["path"] if "path" in ex else f"line {ex.get('line')}"
 
 
+def _parity_text(p: dict) -> str:
+    """The manifest's parity in words (``inspect``'s): a figure with its samples and budget, or
+    why there is none. Before 2026-12-07 an unmeasured one read "not_measured None on 0 samples
+    (budget None)", and a figure measured on a stand-in did not say so."""
+    value, metric = p.get("value"), p.get("metric")
+    if value is None and p.get("not_judged"):      # measured, but it compared nothing
+        return f"{metric} not judged ({p['not_judged']})"
+    if value is None or metric in (None, "none", "not_measured"):
+        why = p.get("not_measured") or p.get("note") or p.get("reason") or "no parity value recorded"
+        return f"not measured ({why})"
+    budget = p.get("budget")
+    text = (f"{metric} {value}" + (f" on {p['samples']} samples" if p.get("samples") else "")
+            + (f" (budget {budget})" if budget is not None else " (no budget recorded)"))
+    on = p.get("measured_on")       # a stand-in (Core ML's fake-quantized torch model): not the target
+    if isinstance(on, str) and on:
+        text += f", measured on {on if on.startswith('the ') else 'the ' + on}; not on the target"
+    return text
+
+
 def _human(d: dict) -> None:
     p, sk, lat = d["parity"], d["skipped"], d["latency_ms"]
     click.echo(f"accuracy {d['accuracy']:.4f} ({d['correct']}/{d['samples']}) on {d['device']} ({d['target']})"
@@ -103,8 +123,7 @@ def _human(d: dict) -> None:
         click.echo("latency: none (every sample failed)")
     else:
         click.echo(f"latency p50 {lat['p50']:.3f} ms, p95 {lat['p95']:.3f} ms")
-    click.echo(f"parity vs fp32 (from the manifest): {p.get('metric')} {p.get('value')} on {p.get('samples')} "
-               f"samples (budget {p.get('budget')})")
+    click.echo(f"parity vs fp32 (from the manifest): {_parity_text(p)}")
     if d["errors"]:
         click.echo("errors (counted as wrong): " + ", ".join(f"{k} {v}" for k, v in d["errors"].items()))
         for ex in d.get("error_examples", []):

@@ -23,8 +23,13 @@ examples per reason, with the line number or the path); the reasons:
   ``broken_symlink`` (a symlink that resolves to nothing: dangling or a loop),
   ``symlink_loop`` (a label folder that is a symlink to DATA or a folder above
   it: not entered, one per folder). A symlinked image or label folder whose
-  target is read nowhere else (outside DATA) is evaluated. Hidden files and
-  other files directly in DATA (a README) are not rows. A folder that cannot
+  target is read nowhere else (outside DATA) is evaluated. ``hidden``: an
+  image in a dot-folder (``.cache/``, ``3/.ipynb_checkpoints/``), which is not
+  read (as ``score`` reads none) but counted, one per image (a dot-folder that
+  cannot be listed: one for the folder; a symlinked one whose target is in
+  DATA or holds it: none, its images are read or counted there). Dot-files
+  (``.DS_Store``, macOS's ``._x.png``) and other files directly in DATA (a
+  README) are not rows. A folder that cannot
   be listed is ``eval_data_unreadable`` (never left out in silence), and so is
   a DATA that is neither a folder nor a regular file (a pipe). An image folder
   is for a task that takes images: its rows are paths, which a text
@@ -77,6 +82,12 @@ from .eval_labels import (EXAMPLES_PER_REASON, LabelIndex, Rows, Skipped, _clip,
                           ambiguous_label, eval_tasks, is_classifier, resolve_label)
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+# the manifest parity the report carries: the figure, or why there is none (``not_measured``, an
+# import's ``note``, a detector's ``not_judged``), and a stand-in it was measured on instead
+PARITY_KEYS = ("metric", "value", "min", "samples", "budget", "not_measured", "note", "reason", "not_judged",
+               "measured_on", "not_measured_on_target")
+
+
 def _tsv_rows(p: Path, labels, skipped: Skipped, header: dict) -> Rows:
     index = None if labels is None else LabelIndex(labels)
     # line by line (binary: a line of another encoding is a skip, not the end): --limit stops
@@ -161,6 +172,31 @@ def _within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
+def _hidden_images(folder: Path, p: Path, root: str, skipped: Skipped) -> None:
+    """The images in dot-folder ``folder`` (``.cache/``, ``3/.ipynb_checkpoints/``): not evaluated,
+    as ``score`` reads no dot-folder, but each one a ``hidden`` skip (before 2026-12-07 they were
+    left out in silence: data the user may believe was evaluated). A symlinked one whose target
+    is inside DATA or holds it is read elsewhere, or is a loop: nothing here. Dot-files are no rows."""
+    if folder.is_symlink():
+        target = _real(folder)
+        if _within(target, root) or _within(root, target):
+            return
+    top = folder.relative_to(p).as_posix() + "/"
+    unreadable: list[OSError] = []
+    for d, dirs, files in os.walk(folder, onerror=unreadable.append):
+        dirs.sort()
+        for name in sorted(files):
+            if name.startswith(".") or Path(name).suffix.lower() not in IMAGE_SUFFIXES:
+                continue
+            rel = (Path(d) / name).relative_to(p).as_posix()
+            skipped.add("hidden", {"path": rel}, f"in the dot-folder {top!r}: dot-folders are not read (as by "
+                                                 f"score); move the image into a label folder to evaluate it")
+    for exc in unreadable:
+        where = Path(exc.filename).relative_to(p).as_posix() + "/" if exc.filename else top
+        skipped.add("hidden", {"path": where}, f"a dot-folder that cannot be listed ({exc.strerror or exc}): "
+                                               f"any images in it are not evaluated")
+
+
 def _folder_rows(p: Path, labels, skipped: Skipped) -> Rows:
     index = None if labels is None else LabelIndex(labels)
     try:
@@ -173,7 +209,9 @@ def _folder_rows(p: Path, labels, skipped: Skipped) -> Rows:
     counted = {_real(e): e.name for e in top if not e.name.startswith(".") and not e.is_symlink() and e.is_dir()}
     seen: dict[str, str] = {}       # resolved image -> the row (DATA-relative) it was evaluated as
     for entry in top:
-        if entry.name.startswith("."):
+        if entry.name.startswith("."):      # a dot-file is no row; a dot-folder's images are ``hidden`` skips
+            if entry.is_dir():
+                _hidden_images(entry, p, root, skipped)
             continue
         if not entry.is_dir():
             if entry.is_symlink() and not os.path.exists(entry):
@@ -207,7 +245,9 @@ def _folder_rows(p: Path, labels, skipped: Skipped) -> Rows:
         truth = entry.name if index is None else classes[0] if len(classes) == 1 else None
         for f in _files_under(entry):
             rel = f.relative_to(p)
-            if any(part.startswith(".") for part in rel.parts):
+            if rel.name.startswith("."):        # listed, never entered (``_files_under``)
+                if f.is_dir():
+                    _hidden_images(f, p, root, skipped)
                 continue
             where = {"path": rel.as_posix()}
             if f.is_dir():      # a real one's files are listed themselves; a symlinked one is not entered
@@ -320,6 +360,7 @@ def evaluate(rt, path, limit: int | None = None) -> dict:
         correct += int(res.class_id) == truth
     n = len(samples)
     lat = np.asarray(latencies, dtype=float)
+    par = rt.variant.get("parity") or {}
 
     def pct(q):
         return float(np.percentile(lat, q)) if lat.size else None
@@ -338,6 +379,5 @@ def evaluate(rt, path, limit: int | None = None) -> dict:
                        "mean": float(lat.mean()) if lat.size else None},
         "device": rt.device,
         "target": rt.variant["target"],
-        "parity": {k: rt.variant["parity"].get(k) for k in ("metric", "value", "min", "samples", "budget")
-                   if k in rt.variant["parity"]},
+        "parity": {k: par[k] for k in PARITY_KEYS if k in par},
     }

@@ -1,10 +1,8 @@
 """The per-call path of a ``Runtime``: ``infer``, ``infer_batch`` and what each call runs.
 
-limits → task.prepare → session.run (inline with the watchdog, or on the worker
-pool, bounded by the deadline) → the non-finite guard → task.finish → result
-and metrics. ``Runtime`` (``runtime.py``) loads, verifies, chooses and warms up,
-then serves through these methods; nothing here runs at load but the warm-up
-call.
+limits → task.prepare → session.run (inline with the watchdog, or on the worker pool, bounded by the
+deadline) → the non-finite guard → task.finish → result and metrics. ``Runtime`` (``runtime.py``) loads,
+verifies, chooses and warms up, then serves through these methods; nothing here runs at load but the warm-up call.
 """
 
 from __future__ import annotations
@@ -63,8 +61,8 @@ class CallPath:
             lim = self.limits if limits is None else self.limits.merged(limits)    # a refusal is counted too
             deadline = lim.deadline_ms if deadline_ms is None else deadline_value(deadline_ms)
             opts = None if options is None else self._options(options, lim)
-            if trace_id is not None:
-                trace_id = check_trace_id(trace_id)
+            if trace_id is not None and not check_trace_id(trace_id).strip():      # "" correlates nothing
+                raise InputError(f"trace_id {trace_id!r} is blank: give an id, or None for ours", code=ec.INPUT_INVALID)
             res = self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, trace_id, opts)
             self._metrics.ok(res.bucket, res.latency_ms, res.input_length, res.truncated)
             return res
@@ -178,8 +176,7 @@ class CallPath:
         task's own output, which holds what a result leaves out (a detector's ``near_detections``: boxes
         just under the score threshold, so that a score drifting across it is not a different answer)."""
         t0 = time.perf_counter()
-        lim = self.limits
-        deadline = lim.deadline_ms
+        lim, deadline = self.limits, self.limits.deadline_ms
         try:
             out, prepared = self._task_output(raw, lim, t0 + deadline / 1000, deadline)
             res = self._result(out, prepared, t0, None)
@@ -236,7 +233,7 @@ class CallPath:
             "prediction": res.prediction, "scores": res.scores, "embedding": res.embedding,
             "latency_ms": (time.perf_counter() - t0) * 1000, "device": self._bucket_devices[prepared.bucket],
             "target": target,
-            "model": model, "version": version, "trace_id": trace_id or new_trace_id(),
+            "model": model, "version": version, "trace_id": new_trace_id() if trace_id is None else trace_id,
             "bucket": self._bucket_names[prepared.bucket], "truncated": prepared.truncated,
             "input_length": prepared.length, "outputs": res.outputs, "class_id": res.class_id, "top_k": res.top_k,
             "raw_outputs": res.raw_outputs, "detections": res.detections, "keypoints": res.keypoints,
@@ -254,7 +251,7 @@ class CallPath:
             # and code; before 2026-12-07 it reached the caller as our inference_failed
             raise
         except Exception as exc:
-            raise InferenceRuntimeError(f"post-processing failed: {type(exc).__name__}: {exc}",
+            raise InferenceRuntimeError(f"post-processing failed: {_what(exc)}",
                                         device=self.device, variant=self.variant.target) from exc
 
     def check_outputs(self, outputs, bucket: int) -> None:
@@ -283,7 +280,7 @@ class CallPath:
         if self._closed:    # closed under the call: its session's objects are gone (SessionClosed, or whatever
             return self._closed_error()     # a half-released session raised); the failure is the close's
         return InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "
-                                     f"{self.variant['buckets'][prepared.bucket]['name']}: {type(exc).__name__}: {exc}",
+                                     f"{self.variant['buckets'][prepared.bucket]['name']}: {_what(exc)}",
                                      device=self.device, variant=self.variant.target,
                                      code=ec.BACKEND_CRASHED if isinstance(exc, SessionCrashed) else None)
 
@@ -371,11 +368,15 @@ def _with_options(prepared, opts: dict):
     return prepared
 
 
+def _what(exc: BaseException) -> str:      # "Type: text"; the type alone where there is no text (not "Type: ")
+    return f"{type(exc).__name__}: {exc}" if str(exc).strip() else type(exc).__name__
+
+
 def _typed(exc: Exception) -> EdgeRuntimeError:
     """A preparation failure as a typed error: a task bug or an exotic input is an ``InputError``."""
     if isinstance(exc, EdgeRuntimeError):
         return exc
-    err = InputError(f"input could not be prepared: {type(exc).__name__}: {exc}", code=ec.INPUT_INVALID)
+    err = InputError(f"input could not be prepared: {_what(exc)}", code=ec.INPUT_INVALID)
     err.__cause__ = exc
     return err
 
