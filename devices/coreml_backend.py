@@ -273,7 +273,8 @@ class CoremlBackend(DeviceBackend):
             return Suitability("accelerator", device, f"Core ML on Apple Silicon: {ALLOWED[asked]} (compute units "
                                f"{asked}; Core ML places each op and does not report which unit ran it{unless})")
         units_here = {"CPU_AND_NE": "CPU only (no Neural Engine)", "CPU_ONLY": "CPU only"}.get(asked, "CPU and GPU")
-        return Suitability("cpu", device, f"Core ML on an Intel Mac: {units_here}, no Neural Engine "
+        no_ne = "" if "Neural Engine" in units_here else ", no Neural Engine"     # said once, not twice
+        return Suitability("cpu", device, f"Core ML on an Intel Mac: {units_here}{no_ne} "
                                           f"(compute units {asked}{unless})")
 
     def device_for(self, sub, options) -> str | None:

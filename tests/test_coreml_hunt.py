@@ -109,6 +109,7 @@ def test_cpu_only_is_not_an_accelerator_and_no_neural_engine_is_claimed():
     assert "no Neural Engine" in gpu.reason
     intel_ne = scored({**MAC, "machine": "x86_64", "apple_silicon": False}, "cpu_and_ne")
     assert intel_ne.tier == "cpu" and "CPU only (no Neural Engine)" in intel_ne.reason
+    assert intel_ne.reason.count("Neural Engine") == 1, intel_ne.reason     # it said so twice before 2026-12-07
     for units in ("auto", "all", "cpu_and_ne"):
         r = scored(MAC, None if units == "auto" else units).reason
         assert "does not report which unit ran" in r, r
