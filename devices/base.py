@@ -83,9 +83,23 @@ class DeviceBackend:
         return (self._probe or self.probe)(hardware)
 
     def probe(self, hardware: dict) -> dict:
-        """Default facts from the hardware record (nothing is imported): ``installed``."""
-        pkgs = hardware.get("packages", {})
-        return {"installed": not self.packages or any(pkgs.get(p, True) for p in self.packages)}
+        """Default facts from the hardware record (nothing is imported): ``installed``. A package
+        the record does not cover (a third-party backend's SDK: the probe knows only the built-in
+        backends' packages) is looked up as the probe does (``find_spec``), never assumed present."""
+        from edge_runtime.hardware_packages import find_spec, unusable
+
+        pkgs = hardware.get("packages") or {}
+
+        def present(p: str) -> bool:
+            if p in pkgs:
+                return bool(pkgs[p])
+            top, *subs = p.split(".")
+            spec = find_spec(top, None)
+            for sub in subs:        # "sdk.runtime": looked up in the parent's folders, the parent not imported
+                spec = find_spec(sub, list(spec.submodule_search_locations or [])) if spec is not None else None
+            return spec is not None and unusable(spec) is None
+
+        return {"installed": not self.packages or any(present(p) for p in self.packages)}
 
     def host_unsupported(self, hardware: dict) -> str | None:
         """Why this backend cannot run on this host at all (checked before the package), or None."""
@@ -150,6 +164,9 @@ class DeviceBackend:
     def import_vendor(self):
         import importlib
 
+        if not self.packages:       # was an IndexError, "tuple index out of range"
+            raise NotImplementedError(f"device backend {self.name!r} declares no packages: set packages, or "
+                                      "override import_vendor(), or pass module=")
         return importlib.import_module(self.packages[0])
 
     def load(self, model_path, bucket: dict, device: str | None = None, options=None, *, provenance=None):
@@ -158,4 +175,5 @@ class DeviceBackend:
         return self.open(Path(model_path), bucket, sub, opts)
 
     def open(self, model_path: Path, bucket: dict, sub, options: DeviceOptions):
-        raise NotImplementedError
+        raise NotImplementedError(f"device backend {self.name!r} ({type(self).__module__}.{type(self).__qualname__}) "
+                                  "does not implement DeviceBackend.open(model_path, bucket, sub, options)")

@@ -7,8 +7,8 @@
   places that device for each target of its backend.
 - ``doctor [--json]``: for the hardware found, what is missing and the exact
   install step (printed, never run). ``devices`` exits 4 when the artifact could not
-  run with the device asked for. ``doctor`` exits 1 when an accelerator here goes
-  unused for want of something installable, else 0.
+  run with the device asked for. ``doctor`` exits 1 when something is missing (an accelerator
+  or a backend here unused for want of something installable), else 0 (warnings alone: 0).
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ def hardware_lines(hw: dict) -> list[str]:
              f"{', '.join(cpu['features']) or 'none'}; int8 dot product (VNNI/AMX/dotprod): "
              f"{'yes' if cpu['int8_dot'] else 'no'}"]
     if cpu.get("usable_limited_by"):          # a container's quota or an affinity mask: what this process gets
-        lines.append(f"cpu usable by this process: {cpu.get('usable')} of {cpu['cores']} ({cpu['usable_limited_by']})")
+        why = cpu["usable_limited_by"]        # a list (affinity, quotas): printed as Python's list repr before
+        why = "; ".join(map(str, why)) if isinstance(why, (list, tuple)) else str(why)
+        lines.append(f"cpu usable by this process: {cpu.get('usable')} of {cpu['cores']} ({why})")
     if cpu.get("features_not_on_every_core"):
         lines.append(f"cpu features on some cores only (not counted): {', '.join(cpu['features_not_on_every_core'])}")
     for name, why in (hw.get("probe_errors") or {}).items() if isinstance(hw.get("probe_errors"), dict) else ():
@@ -178,7 +180,9 @@ def _print_devices(d: dict) -> None:
         click.echo("  candidates:")
         for r in sorted(a["candidates"], key=lambda r: -r["score"]):
             mark = "*" if r["chosen"] else ("!" if r["forced"] else " ")
-            click.echo(f"  {mark} {r['target']:<12} {r['backend']:<14} {r['score']:>3}  {r['device']}: {r['reason']}")
+            # README: "the whole table ... with every score, tier, reason and policy row" (tier and row were --json only)
+            click.echo(f"  {mark} {r['target']:<12} {r['backend']:<14} {r['score']:>3}  {r['tier'] or '-':<11} "
+                       f"{r['device']}: {r['reason']}" + (f" [policy: {r['policy']}]" if r.get("policy") else ""))
 
 
 @click.command()
@@ -237,7 +241,8 @@ def _print_doctor(hw: dict, rep: dict) -> None:
 def doctor(as_json):
     """What is missing for the hardware found, with the exact install step (printed, never run).
 
-    Exit 1 when an accelerator here goes unused for want of something installable, else 0.
+    Exit 1 when something is missing (an accelerator or a backend here unused for want of something
+    installable: onnxruntime, openvino on Intel, a TFLite interpreter...), else 0; warnings alone exit 0.
 
     \b
     Examples:

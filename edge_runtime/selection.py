@@ -257,8 +257,8 @@ def choose(variants: Sequence[dict], hardware: dict, device: str = "auto", stric
         fallback = f"requested {device!r} is unavailable ({reasons})"
     usable = _in_policy_order([r for r in rows if r["suitability"].ok])
     if not usable:
-        reasons = "; ".join(f"{r['backend']} for {r['variant']['target']}: {r['suitability'].reason}" for r in rows)
-        raise DeviceError(f"no device can run this artifact here: {reasons}", code=ec.DEVICE_UNAVAILABLE)
+        raise DeviceError(f"no device can run this artifact here: {_nothing_runs(rows, device, fallback)}",
+                          code=ec.DEVICE_UNAVAILABLE)
     best, decided_by, why = usable[0], "policy", None
     if measured is not None:
         picked = measured(usable, hardware)
@@ -266,6 +266,26 @@ def choose(variants: Sequence[dict], hardware: dict, device: str = "auto", stric
             (best, why), decided_by = picked, "measurement"
     return Choice(best["variant"], best["backend"], best["suitability"], table(rows, best), fallback,
                   decided_by, why)
+
+
+def _nothing_runs(rows: list[dict], device: str, fallback: str | None) -> str:
+    """Why no row can run, each reason once: a forced sub-device is also placed as its backend's
+    default device, and the two rows' reasons were printed twice ("edgetpu for edgetpu: no Edge TPU
+    found; edgetpu for edgetpu: no Edge TPU found" for ``--device edgetpu:usb:01``). The device asked
+    for is named first, by the name it was asked by, with why it cannot run (also where its backend
+    runs none of the artifact's targets)."""
+    parts: list[str] = []
+    forced = {(r["backend"], r["variant"]["target"], r["suitability"].reason) for r in rows if r["forced"]}
+    if fallback is not None and not any(r["forced"] for r in rows):
+        parts.append(fallback.removeprefix("requested "))
+    for r in rows:
+        key = (r["backend"], r["variant"]["target"], r["suitability"].reason)
+        if not r["forced"] and key in forced:
+            continue
+        part = f"{device if r['forced'] else r['backend']} for {key[1]}: {key[2]}"
+        if part not in parts:
+            parts.append(part)
+    return "; ".join(parts)
 
 
 def for_options(choice: Choice, backend, hardware: dict, options: Mapping) -> Choice:

@@ -55,6 +55,16 @@ from edge_runtime.models.base import Task
 
 class {cls}(Task):
     name = "{name}"
+
+    def prepare(self, raw, limits):      # the contract's methods: a Task without them is refused (h34)
+        raise NotImplementedError("a registry test's task")
+
+    def finish(self, outputs, prepared):
+        raise NotImplementedError("a registry test's task")
+
+    @staticmethod
+    def compare(reference, candidate):
+        raise NotImplementedError("a registry test's task")
 '''
 
 
@@ -192,7 +202,7 @@ def test_the_guides_examples_run_through_infer_score_serve_forms_and_the_contrac
     assert set(blocks) == {"mybackend.py", "mytask.py"}, list(blocks)
     site = _site(tmp_path / "site", "h31-guide", {"edge_runtime.tasks": {"anomaly-score": "h31_guide_task:Anomaly"}},
                  {"h31_guide_backend": blocks["mybackend.py"], "h31_guide_task": blocks["mytask.py"],
-                  "h31_guide_sdk": VENDOR})
+                  "h31_guide_sdk": VENDOR, "mydev_sdk": VENDOR})
     monkeypatch.syspath_prepend(str(site))
     refresh()
     import h31_guide_backend
