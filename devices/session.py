@@ -83,7 +83,8 @@ class DeviceSession:
         return self._run(feeds, cancel)
 
     def _run(self, feeds, cancel):
-        raise NotImplementedError
+        raise NotImplementedError(f"session {type(self).__module__}.{type(self).__qualname__} on {self.device} does "
+                                  "not implement DeviceSession._run(feeds, cancel)")
 
     def info(self) -> dict:
         return {}

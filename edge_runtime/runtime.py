@@ -75,6 +75,12 @@ def load(path, device: str = "auto", *, strict: bool = False, target: str | None
             raise
 
 
+def _why(exc: BaseException) -> str:
+    """An exception's text, or its type's name where it has none (``NotImplementedError()``: the
+    messages ended in ": " before 2026-12-07)."""
+    return str(exc) or type(exc).__name__
+
+
 class Runtime(CallPath):
     """A loaded artifact on one device: ``load()`` builds it; the call path (``infer``,
     ``infer_batch``, ``metrics``) is :class:`~edge_runtime.runtime_call.CallPath`."""
@@ -88,6 +94,10 @@ class Runtime(CallPath):
         self.hardware = hardware if hardware is not None else hw.detect_cached()
         self.tuned, self.tune_lookup_ms = tuned_entry(self.artifact, self.hardware, path, device, tune, tuned_for,
                                                       {"limits": limits, "workers": workers, "isolate": isolate})
+        broken = registry.backend_error(device)     # a named device's backend that fails to load
+        if broken is not None and strict:
+            raise DeviceError(f"device {device!r} cannot run this artifact: {broken.message}",
+                              code=ec.DEVICE_BACKEND_BROKEN)
         self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target,
                              measured=tune_cache.measured_choice(self.tuned, tuned_for), failed=failed)
         self.tune_not_applied: str | None = None
@@ -110,6 +120,8 @@ class Runtime(CallPath):
                 # OpenVINO precision chosen by tune read "requested", as if the caller had asked for it)
                 tuned_opts["why"] = f"measured here by tune: {decided['why']}"
             device_options = {**tuned_opts, **(device_options or {})} or None
+        if broken is not None:      # before 2026-12-07: "boom runs none of the artifact's targets"
+            self.choice = self.choice.replace(fallback=f"requested {device!r} is unavailable ({broken.message})")
         if failed:      # load() is trying the next candidate: the ones that failed here say why
             self.choice = self.choice.replace(fallback="; ".join(
                 [f"{w}; tried the next candidate" for w in failed.values()] + [self.choice.fallback or ""]).strip("; "))
@@ -162,8 +174,12 @@ class Runtime(CallPath):
                 except EdgeRuntimeError:
                     raise
                 except Exception as exc:
-                    raise DeviceError(f"{self.choice.backend_name} could not load {bucket['file']}: {exc}",
+                    raise DeviceError(f"{self.choice.backend_name} could not load {bucket['file']}: {_why(exc)}",
                                       code=ec.DEVICE_LOAD_FAILED) from exc
+                why = registry.not_a_session(sess)
+                if why is not None:         # the device seam's protocol (README: How to add a backend)
+                    raise DeviceError(f"{self.choice.backend_name} could not load {bucket['file']}: its load gave "
+                                      f"{why}", code=ec.DEVICE_LOAD_FAILED)
                 self._sessions.append(sess)
             dropped = session_fallback(self.choice, self._sessions, strict)   # DeviceError under strict
         except BaseException as exc:
@@ -285,7 +301,7 @@ class Runtime(CallPath):
             try:
                 outputs = sess.run(feeds)
             except Exception as exc:
-                raise DeviceError(f"warm-up of bucket {bucket['name']} failed on {self.device}: {exc}",
+                raise DeviceError(f"warm-up of bucket {bucket['name']} failed on {self.device}: {_why(exc)}",
                                   code=ec.DEVICE_WARMUP_FAILED) from exc
             self.check_outputs(outputs, k)
             self.warmup_ms[bucket.name] = round((time.perf_counter() - t0) * 1000, 3)
@@ -305,7 +321,7 @@ class Runtime(CallPath):
                     cast(BatchSession, sess).prepare_many()    # batch_warmup declares the batch protocol
                 except Exception as exc:
                     raise DeviceError(f"batch-path warm-up of bucket {bucket['name']} failed on {self.device}: "
-                                      f"{exc}", code=ec.DEVICE_WARMUP_FAILED) from exc
+                                      f"{_why(exc)}", code=ec.DEVICE_WARMUP_FAILED) from exc
                 out[bucket.name] = round((time.perf_counter() - t0) * 1000, 3)
         self.warmup_ms.update({f"batch:{k}": v for k, v in out.items()})
         return out

@@ -140,7 +140,17 @@ def _load(name: str, ref):
     if obj.name != name:
         raise TaskInvalid(f"task {name!r} ({shown}) declares name {obj.name!r}: a task registers under its own "
                           f"name", task=name)
+    missing = [m for m in _REQUIRED if getattr(obj, m, None) is getattr(Task, m)]
+    if missing:
+        # before 2026-12-07 it passed, and its first input failed as input_invalid (exit 2, the caller
+        # blamed) or inference_failed, with the empty message of the base's NotImplementedError
+        raise TaskInvalid(f"task {name!r} ({shown}) does not define {', '.join(missing)}: a Task subclass "
+                          f"implements {', '.join(_REQUIRED)} (README: How to add a task)", task=name)
     return obj
+
+
+# what the base Task leaves to each task (its own raises NotImplementedError)
+_REQUIRED = ("prepare", "finish", "compare")
 
 
 def tasks_where(predicate) -> list[str]:

@@ -10,12 +10,12 @@ project, through an entry point in the ``edge_runtime.conformance`` group of
 its own distribution: a callable returning its cases.
 """
 
-from importlib import metadata
-
 import numpy as np
 
 from conftest import SHARED_DATA as SHARED
 from factories import png_bytes
+
+from edge_runtime.plugins import entry_point_refs, resolve_ref
 
 DIGIT = png_bytes((np.eye(8, dtype=np.uint8) * 200))
 _CAT = SHARED / "coral" / "cat.bmp"
@@ -54,11 +54,41 @@ CASES = [
 ]
 
 
+def _broken_case(name: str, why: str) -> tuple:
+    """A case that fails every check of the suite with ``why``, naming the entry point (before 2026-12-07
+    a broken entry point raised while this module was imported: a collection error of the whole suite,
+    every backend's cases lost, and the entry point not named)."""
+    message = f"edge_runtime.conformance entry point {name!r}: {why}"
+
+    def builder(tmp_path):
+        raise AssertionError(message)
+
+    return (f"broken-entry-point-{name}", name, ("builder", builder), [])
+
+
+def _is_case(c) -> bool:
+    return (isinstance(c, (tuple, list)) and len(c) == 4 and isinstance(c[0], str) and isinstance(c[1], str)
+            and isinstance(c[2], (tuple, list)) and len(c[2]) >= 2)
+
+
 def plugin_cases() -> list:
-    """Cases from the ``edge_runtime.conformance`` entry points of installed distributions."""
+    """Cases from the ``edge_runtime.conformance`` entry points of installed distributions, read as the
+    registries read theirs (``edge_runtime.plugins``: a name two distributions claim is a clash). An entry
+    point that does not load, raises, or returns something that is not a list of cases ``(id, device,
+    artifact, inputs)`` is one failing case that names it and why; the other cases run."""
     out = []
-    for ep in metadata.entry_points(group="edge_runtime.conformance"):
-        out.extend(tuple(c) for c in ep.load()())
+    for name, ref in sorted(entry_point_refs("edge_runtime.conformance").items()):
+        try:
+            found = list(resolve_ref(ref)())
+        except Exception as exc:
+            out.append(_broken_case(name, f"{ref} failed: {type(exc).__name__}: {exc}"))
+            continue
+        bad = [c for c in found if not _is_case(c)]
+        if bad:
+            out.append(_broken_case(name, f"{ref} returned {repr(bad[0])[:120]}, not a case (id, device, "
+                                          f"artifact, inputs)"))
+            continue
+        out.extend(tuple(c) for c in found)
     return out
 
 
