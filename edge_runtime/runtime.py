@@ -94,10 +94,6 @@ class Runtime(CallPath):
         self.hardware = hardware if hardware is not None else hw.detect_cached()
         self.tuned, self.tune_lookup_ms = tuned_entry(self.artifact, self.hardware, path, device, tune, tuned_for,
                                                       {"limits": limits, "workers": workers, "isolate": isolate})
-        broken = registry.backend_error(device)     # a named device's backend that fails to load
-        if broken is not None and strict:
-            raise DeviceError(f"device {device!r} cannot run this artifact: {broken.message}",
-                              code=ec.DEVICE_BACKEND_BROKEN)
         self.choice = choose(man["variants"], self.hardware, device=device, strict=strict, target=target,
                              measured=tune_cache.measured_choice(self.tuned, tuned_for), failed=failed)
         self.tune_not_applied: str | None = None
@@ -120,8 +116,6 @@ class Runtime(CallPath):
                 # OpenVINO precision chosen by tune read "requested", as if the caller had asked for it)
                 tuned_opts["why"] = f"measured here by tune: {decided['why']}"
             device_options = {**tuned_opts, **(device_options or {})} or None
-        if broken is not None:      # before 2026-12-07: "boom runs none of the artifact's targets"
-            self.choice = self.choice.replace(fallback=f"requested {device!r} is unavailable ({broken.message})")
         if failed:      # load() is trying the next candidate: the ones that failed here say why
             self.choice = self.choice.replace(fallback="; ".join(
                 [f"{w}; tried the next candidate" for w in failed.values()] + [self.choice.fallback or ""]).strip("; "))

@@ -250,10 +250,13 @@ def choose(variants: Sequence[dict], hardware: dict, device: str = "auto", stric
             best = _in_policy_order(forced)[0]
             return Choice(best["variant"], best["backend"], best["suitability"], table(rows, best),
                           decided_by="forced")
+        broken = None if any(r["forced"] for r in rows) else registry.backend_error(device)
         reasons = "; ".join(f"{r['variant']['target']}: {r['suitability'].reason}" for r in rows if r["forced"]) or \
-            f"{want_backend} runs none of the artifact's targets ({', '.join(v['target'] for v in variants)})"
+            (broken.message if broken is not None else      # it failed to load, not "runs none" (before 2026-12-07)
+             f"{want_backend} runs none of the artifact's targets ({', '.join(v['target'] for v in variants)})")
         if strict:
-            raise DeviceError(f"device {device!r} cannot run this artifact: {reasons}", code=ec.DEVICE_UNAVAILABLE)
+            raise DeviceError(f"device {device!r} cannot run this artifact: {reasons}",
+                              code=ec.DEVICE_BACKEND_BROKEN if broken is not None else ec.DEVICE_UNAVAILABLE)
         fallback = f"requested {device!r} is unavailable ({reasons})"
     usable = _in_policy_order([r for r in rows if r["suitability"].ok])
     if not usable:

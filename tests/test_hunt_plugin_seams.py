@@ -93,6 +93,9 @@ def test_a_forced_broken_backend_says_its_error_not_runs_none_of_the_targets(mak
         fallback = rt.info()["fallback"]
     assert "no driver here" in fallback and "runs none" not in fallback, fallback
     assert rt.device.startswith("fake")
+    # devices/verify/tune choose without load(): the same words (before: "runs none of the targets")
+    res = CliRunner().invoke(main, ["devices", "--artifact", str(art), "--device", "h34-boom", "--json"])
+    assert "no driver here" in res.output and "runs none" not in res.output, res.output
 
 
 # -- 2. a factory that gives no backend ----------------------------------------------------------
