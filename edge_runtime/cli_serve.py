@@ -71,7 +71,7 @@ def _say(line: str) -> None:
 @click.option("--token", envvar="EDGE_INFER_TOKEN", help="Require 'Authorization: Bearer TOKEN' (also from "
                                                          "$EDGE_INFER_TOKEN, which keeps it out of ps).")
 @click.option("--insecure", is_flag=True, help="Allow a non-loopback bind without a token.")
-@device_flags(require=False)
+@device_flags()
 @click.option("--max-in-flight", default=4, show_default=True, type=click.IntRange(1),
               help="Requests running at once per model (a model that batches: merged batches, up to 32 "
                    "requests each).")
@@ -97,8 +97,8 @@ def _say(line: str) -> None:
 @click.option("--loop", "loop_name", type=click.Choice(["auto", "uvloop", "asyncio"]), default="auto",
               show_default=True, help="Event loop: uvloop (auto takes it when installed) or asyncio's own.")
 @_guard
-def serve(artifacts, repository, host, port, grpc_port, no_grpc, token, insecure, device, device_option,
-          max_in_flight, max_queue, batch_delay_ms, max_body_bytes, read_timeout, drain_timeout, no_verify,
+def serve(artifacts, repository, host, port, grpc_port, no_grpc, token, insecure, device, require_device,
+          device_option, max_in_flight, max_queue, batch_delay_ms, max_body_bytes, read_timeout, drain_timeout, no_verify,
           no_inline, http_parser, loop_name):
     """Serve ARTIFACT... over the Open Inference Protocol (KServe v2): HTTP (and gRPC), tritonclient works as is.
 
@@ -122,9 +122,10 @@ def serve(artifacts, repository, host, port, grpc_port, no_grpc, token, insecure
         raise InputError(f"--host {host} is not loopback: set --token (or $EDGE_INFER_TOKEN), or pass --insecure "
                          f"to serve without one", code=ec.INPUT_INVALID)
     paths: list[str | Path] = list(artifacts) if artifacts else list(artifacts_in(repository))
-    core = ServeCore(paths, device=device, device_options=device_options(device_option) or None,
-                     max_in_flight=max_in_flight, max_queue=max_queue, batch_delay_ms=batch_delay_ms,
-                     max_body_bytes=max_body_bytes, verify=not no_verify, inline=not no_inline)
+    core = ServeCore(paths, device=device, strict=require_device,
+                     device_options=device_options(device_option) or None, max_in_flight=max_in_flight,
+                     max_queue=max_queue, batch_delay_ms=batch_delay_ms, max_body_bytes=max_body_bytes,
+                     verify=not no_verify, inline=not no_inline)
     parser, loop_factory = http_stack(http_parser, loop_name)
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:

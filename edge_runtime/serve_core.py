@@ -59,7 +59,8 @@ log = logging.getLogger("edge_runtime.serve")
 SERVER_NAME = "edge-runtime"
 EXTENSIONS = ["binary_tensor_data", "classification", "model_repository_metadata_only", "statistics_prometheus"]
 class ServeCore(DynamicBatching):
-    def __init__(self, artifacts: list[str | Path], *, device: str = "auto", device_options: dict | None = None,
+    def __init__(self, artifacts: list[str | Path], *, device: str = "auto", strict: bool = False,
+                 device_options: dict | None = None,
                  max_in_flight: int = 4, max_queue: int = 64, batch_delay_ms: float = 1.0,
                  max_body_bytes: int = 8 * 1024 * 1024, max_batch_items: int = 32, verify: bool = True,
                  inline: bool = True):
@@ -73,6 +74,7 @@ class ServeCore(DynamicBatching):
             raise InputError(f"batch_delay_ms must be >= 0, got {batch_delay_ms!r}", code=ec.INPUT_INVALID)
         self.artifacts = [Path(a) for a in artifacts]
         self.device, self.device_options, self.verify, self.inline = device, device_options, verify, inline
+        self.strict = strict        # --require-device: a device that cannot run is exit 4, never a fallback
         self.max_in_flight, self.max_queue = max_in_flight, max_queue
         self.batch_delay_s = batch_delay_ms / 1000
         self.max_body_bytes, self.max_batch_items = max_body_bytes, max_batch_items
@@ -106,7 +108,7 @@ class ServeCore(DynamicBatching):
         try:
             for path in self.artifacts:
                 try:
-                    rt = er.load(path, device=self.device, device_options=self.device_options,
+                    rt = er.load(path, device=self.device, strict=self.strict, device_options=self.device_options,
                                  verify=self.verify and _has_probe_set(path))
                 except EdgeRuntimeError as exc:
                     _name_the_artifact(exc, path)     # which of the artifacts (or repository folders)
