@@ -129,7 +129,11 @@ def mask_classes(d: dict, mask: np.ndarray) -> list[dict]:
     for i, n in zip(ids.tolist(), counts.tolist()):
         label = names[i]
         if label.startswith("class "):          # no index given: the scores entry with this share
-            hit = next((k for k, v in free.items() if abs(float(v) - n / total) < 1e-6), None)
+            # the nearest share, not the first within the tolerance: on a 4-MP mask two classes 1 pixel
+            # apart differ by 2.5e-7, and the first-listed (the larger) one's label went to the other
+            near = [(abs(float(v) - n / total), j, k) for j, (k, v) in enumerate(free.items())
+                    if abs(float(v) - n / total) < 1e-6]
+            hit = min(near)[2] if near else None
             if hit is not None:
                 free.pop(hit)
                 label = str(hit)

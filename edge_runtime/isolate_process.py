@@ -317,13 +317,18 @@ class WorkerProcesses:
                 pass
 
 
-def _reap(proc: subprocess.Popen, conn: Connection | None) -> None:
-    """Kill ``proc`` if it still runs, wait for it (no zombie) and close its connection."""
+def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc`` if it still runs (no wait)."""
     if proc.poll() is None:
         try:
             proc.kill()
         except OSError:
             pass
+
+
+def _reap(proc: subprocess.Popen, conn: Connection | None) -> None:
+    """Kill ``proc`` if it still runs, wait for it (no zombie) and close its connection."""
+    _kill(proc)
     try:
         proc.wait(5)
     except subprocess.TimeoutExpired:

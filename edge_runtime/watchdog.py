@@ -33,6 +33,11 @@ class CancelToken:
 
     def on_cancel(self, fn) -> None:
         self._hooks.append(fn)
+        if self.fired:      # the deadline passed before the session hooked in: cancel now (the hook
+            try:            # was never run, and ONNX Runtime ran the call to its end past the deadline)
+                fn()
+            except Exception:
+                pass
 
     def fire(self) -> None:
         self.fired = True

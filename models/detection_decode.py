@@ -11,7 +11,7 @@ sizes); ``decode(arrays, params, input_hw)`` does the arithmetic.
 - ``yolo`` (Ultralytics v8/v11; v5-style with ``objectness``): one
   ``[1, 4+C, N]`` (``layout`` ``channels_first``) or ``[1, N, 4+C]`` output,
   cx, cy, w, h then C class scores (sigmoid applied, else ``class_activation``
-  ``sigmoid``); ``box_units`` ``pixels`` (ONNX exports) or ``normalized``
+  ``sigmoid``, which ``objectness`` gets too); ``box_units`` ``pixels`` (ONNX exports) or ``normalized``
   (TFLite exports: 0..1 of the input size).
 - ``yolox``: ``[1, N, 5+C]``, N = sum over ``strides`` of the grid cells; per
   cell dx, dy, log w, log h, objectness, C classes: ``xy = (d + grid)·stride``,
@@ -109,6 +109,40 @@ def _yolo_layout(s: list[int], input_hw, objectness: bool) -> str:
     return "channels_first" if s[1] < s[2] or (s[1] == s[2] and not objectness) else "channels_last"
 
 
+ACTIVATIONS = ("none", "sigmoid")
+
+
+# Parameter values, checked: before, "Sigmoid"/"softmax" read as none (logits reported as scores), "false" as
+# true, strides 32.5 as 32 and reg_max 7.5 as 7, exit 0; strides 8 or 0 crashed with a bare TypeError/ZeroDivision
+def _activation(post: dict, key: str, family: str) -> str:
+    value = post.get(key, "none")
+    if value not in ACTIVATIONS:
+        raise TaskMismatch(f"{family}: {key} must be one of {', '.join(ACTIVATIONS)}, got {value!r}")
+    return value
+
+
+def _flag(post: dict, key: str, family: str) -> bool:
+    value = post.get(key, False)
+    if not isinstance(value, (bool, np.bool_)):
+        raise TaskMismatch(f"{family}: {key} must be true or false, got {value!r}")
+    return bool(value)
+
+
+def _strides(post: dict, family: str) -> list[int]:
+    value = post.get("strides", [8, 16, 32])
+    if (not isinstance(value, (list, tuple)) or not value
+            or not all(not isinstance(v, bool) and isinstance(v, numbers.Integral) and int(v) > 0 for v in value)):
+        raise TaskMismatch(f"{family}: strides must be a list of positive integers (8, 16, 32), got {value!r}")
+    return [int(v) for v in value]
+
+
+def _reg_max(post: dict) -> int:
+    value = post.get("reg_max", 7)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise TaskMismatch(f"gfl: reg_max must be an integer >= 0 (7: 8 bins per side), got {value!r}")
+    return int(value)
+
+
 @_family
 class Yolo(Family):
     name = "yolo"
@@ -117,7 +151,7 @@ class Yolo(Family):
     def resolve(outputs, post, input_hw) -> dict:
         spec = _one_output(outputs, post, "yolo")
         s = _shape(spec)
-        obj = bool(post.get("objectness", False))
+        obj = _flag(post, "objectness", "yolo")
         extra = 5 if obj else 4
         if len(s) != 3 or s[0] != 1:
             raise TaskMismatch(f"yolo: output {spec['name']!r} has shape {s}; it needs [1, {extra}+C, N] or "
@@ -131,7 +165,7 @@ class Yolo(Family):
         if units not in ("pixels", "normalized"):
             raise TaskMismatch(f"yolo: box_units {units!r}: need pixels or normalized")
         return {"output": spec["name"], "layout": layout, "objectness": obj, "box_units": units,
-                "class_activation": post.get("class_activation", "none"), "classes": width - extra}
+                "class_activation": _activation(post, "class_activation", "yolo"), "classes": width - extra}
 
     @staticmethod
     def decode(arrays, p, input_hw, floor=0.0):
@@ -143,8 +177,8 @@ class Yolo(Family):
             cls = _sigmoid(cls)
         ids = cls.argmax(1)
         scores = cls[np.arange(len(ids)), ids]
-        if p["objectness"]:
-            scores = scores * a[:, 4]
+        if p["objectness"]:     # a raw v5 head's objectness is a logit too (its Detect sigmoids the whole row):
+            scores = scores * (_sigmoid(a[:, 4]) if p["class_activation"] == "sigmoid" else a[:, 4])    # not >1
         cx, cy, w, h = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
         boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
         if p["box_units"] == "normalized":
@@ -160,12 +194,12 @@ class Yolox(Family):
     def resolve(outputs, post, input_hw) -> dict:
         spec = _one_output(outputs, post, "yolox")
         s = _shape(spec)
-        strides = [int(v) for v in post.get("strides", [8, 16, 32])]
+        strides = _strides(post, "yolox")
         n = sum(_cells(strides, input_hw))
         if len(s) != 3 or s[0] != 1 or s[1] != n or s[2] <= 5:
             raise TaskMismatch(f"yolox: output {spec['name']!r} has shape {s}; with strides {strides} on a "
                                f"{input_hw[0]}x{input_hw[1]} input it needs [1, {n}, 5+C]")
-        return {"output": spec["name"], "strides": strides, "activation": post.get("activation", "none"),
+        return {"output": spec["name"], "strides": strides, "activation": _activation(post, "activation", "yolox"),
                 "classes": s[2] - 5}
 
     @staticmethod
@@ -222,8 +256,8 @@ class Gfl(Family):
 
     @staticmethod
     def resolve(outputs, post, input_hw) -> dict:
-        strides = [int(v) for v in post.get("strides", [8, 16, 32])]
-        reg_max = int(post.get("reg_max", 7))
+        strides = _strides(post, "gfl")
+        reg_max = _reg_max(post)
         bins = 4 * (reg_max + 1)
         cells = _cells(strides, input_hw)
         cls_names, reg_names, classes = [], [], None
@@ -244,7 +278,7 @@ class Gfl(Family):
             cls_names.append(cls[0]["name"])
             reg_names.append(reg[0]["name"])
         return {"cls_outputs": cls_names, "reg_outputs": reg_names, "strides": strides, "reg_max": reg_max,
-                "center_offset": _center_offset(post), "activation": post.get("activation", "none"),
+                "center_offset": _center_offset(post), "activation": _activation(post, "activation", "gfl"),
                 "classes": classes}
 
     @staticmethod
@@ -280,6 +314,9 @@ class SsdPostprocess(Family):
     @staticmethod
     def resolve(outputs, post, input_hw) -> dict:
         names = post.get("outputs")
+        if names and (not isinstance(names, dict) or sorted(names) != ["boxes", "classes", "count", "scores"]):
+            raise TaskMismatch(f"ssd-postprocess: postprocess 'outputs' must name boxes, classes, scores and count "
+                               f"(each an output name), got {names!r}")     # was a bare AttributeError/KeyError
         if names:
             by = {o["name"]: o for o in outputs}
             missing = [v for v in names.values() if v not in by]
@@ -330,8 +367,8 @@ def nms(boxes: np.ndarray, scores: np.ndarray, ids: np.ndarray, iou: float, limi
     suppress each other: each class's boxes are shifted into their own region first."""
     if len(scores) == 0:
         return np.zeros(0, dtype=np.int64)
-    span = float(np.abs(boxes).max()) + 1.0
-    b = boxes + (ids.astype(np.float32) * 2 * span)[:, None]
+    span = float(np.abs(boxes).max()) + 1.0     # float64: in float32 one 5e6-pixel junk box made class 79's
+    b = boxes.astype(np.float64) + (ids.astype(np.float64) * 2 * span)[:, None]     # offsets eat the boxes
     area = np.maximum(b[:, 2] - b[:, 0], 0) * np.maximum(b[:, 3] - b[:, 1], 0)
     order = np.argsort(-scores, kind="stable")
     keep: list[int] = []

@@ -25,6 +25,7 @@ from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
 
 from .base import Prepared, TaskMismatch, TaskOutput, dequantize, is_number
+from .classification import score_keys
 from .detection_decode import FAMILIES, box_iou, nms
 from .detection_head import head_mismatch
 from .vision_task import VISION_IMPORT_OPTIONS, VisionTask
@@ -225,8 +226,17 @@ class ObjectDetection(VisionTask):
         return resolve(inputs, outputs, post)
 
     @classmethod
-    def sections_for(cls, inputs, outputs, post: dict) -> dict:
-        """The ``postprocess`` section: the stated family/parameters resolved on these tensors."""
+    def sections_for(cls, inputs, outputs, post: dict, limits: dict | None = None) -> dict:
+        """The ``postprocess`` section: the stated family/parameters resolved on these tensors (``limits``:
+        the artifact's, whose ``max_detections`` the stated one must not pass)."""
+        from edge_runtime.limits import DEFAULT_LIMITS
+
+        cap = (limits or {}).get("max_detections", DEFAULT_LIMITS.max_detections)
+        if _real(post.get("max_detections")) and _real(cap) and post["max_detections"] > cap:
+            # written as stated, every answer was cut to the limit (300 for 1000), exit 0
+            raise TaskMismatch(f"postprocess max_detections {post['max_detections']} is over the artifact's "
+                               f"max_detections limit of {cap}: every answer would be cut to {cap}; state at most "
+                               f"{cap} (a caller may raise the limit at load and ask for more per call)")
         facts = resolve(inputs, outputs, post)
         unread = unread_keys(post, facts)
         if unread:
@@ -247,7 +257,8 @@ class ObjectDetection(VisionTask):
         h, w = request.preprocess["size"]
         image = [{"name": "image", "dtype": "float32", "shape": [1, 3, int(h), int(w)]}]
         try:
-            post = cls.sections_for(image, outputs, dict(getattr(request, "postprocess", None) or {}))
+            post = cls.sections_for(image, outputs, dict(getattr(request, "postprocess", None) or {}),
+                                    getattr(request, "limits", None))
         except TaskMismatch as exc:
             raise InputError(f"object-detection: {exc}", code=ec.CONVERT_REQUEST_INVALID) from None
         return {"kind": "image", **request.preprocess}, cls.labels_section(request, writer, post)
@@ -319,6 +330,7 @@ class ObjectDetection(VisionTask):
                                 "so every label after one would shift; write '???' for an unused id, or remove it",
                                 file=self.post.get("labels"), code=ec.ARTIFACT_LABELS_MISMATCH)
         self.labels = labels or [str(i) for i in range(classes or 0)]
+        self.keys = score_keys(self.labels)     # scores: "label#id" for a repeated label, as import's warning says
         try:
             self.thresholds = check_thresholds({k: self.post.get(k, v) for k, v in THRESHOLDS.items()}, None,
                                                _mismatch)
@@ -352,8 +364,8 @@ class ObjectDetection(VisionTask):
         if geo is not None and ok.size:     # a box with no pixel of the image (wholly in the letterbox padding
             o = np.round(geo.to_original(boxes[ok]), 2)     # or off the input) clips to zero size: no detection
             ok = ok[(o[:, 2] > o[:, 0]) & (o[:, 3] > o[:, 1])]
-        if ok.size > MAX_CANDIDATES:
-            ok = ok[np.argpartition(-scores[ok], MAX_CANDIDATES - 1)[:MAX_CANDIDATES]]
+        if ok.size > MAX_CANDIDATES:    # kept in anchor order: NMS breaks score ties by it, as without the cap
+            ok = ok[np.sort(np.argpartition(-scores[ok], MAX_CANDIDATES - 1)[:MAX_CANDIDATES])]
         boxes, scores, ids = boxes[ok], scores[ok], ids[ok]
         # NMS is greedy by score: a box under the threshold never suppresses one over it, so the
         # detections are those of NMS over the boxes >= threshold alone; the rest are near misses
@@ -366,8 +378,9 @@ class ObjectDetection(VisionTask):
         main, near = keep[over][: int(th["max_detections"])], keep[~over][:NEAR_MAX]
         dets, near_dets = (self._records(boxes[k], scores[k], ids[k], geo) for k in (main, near))
         counts: dict[str, float] = {}
-        for d in dets:
-            counts[d["label"]] = max(counts.get(d["label"], 0.0), d["score"])
+        for d in dets:      # two classes of one label ("???" unused SSD ids) were merged into one entry
+            key = self.keys[d["class_id"]] if 0 <= d["class_id"] < len(self.keys) else d["label"]
+            counts[key] = max(counts.get(key, 0.0), d["score"])
         return TaskOutput(prediction=dets[0]["label"] if dets else None, scores=counts, detections=dets,
                           class_id=dets[0]["class_id"] if dets else None, near_detections=near_dets)
 
