@@ -17,8 +17,8 @@ from .cli_convert import TaskName
 @click.option("--task", default="image-classification", show_default=True,
               type=TaskName(where=lambda task: task.importable),
               help="The task: a registered one that imports (Task.importable).")
-@click.option("--labels", type=click.Path(), help="labels.txt, one label a line (tasks with labels: "
-                                                   "image-classification).")
+@click.option("--labels", type=click.Path(), help="labels.txt, one label a line (the tasks that take labels: "
+                                                   "image-classification, object-detection, semantic-segmentation).")
 @click.option("--label-offset", type=int, default=0, show_default=True,
               help="Outputs before the first label (a background class missing from the file).")
 @click.option("--resize", type=click.Choice(["bilinear-half-pixel", "bilinear", "nearest", "bicubic"]),

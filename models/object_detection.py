@@ -26,15 +26,15 @@ from edge_runtime.errors import ArtifactError, InputError
 
 from .base import Prepared, TaskMismatch, TaskOutput, dequantize, is_number
 from .classification import score_keys
-from .detection_decode import FAMILIES, box_iou, nms
+from .detection_decode import FAMILIES, nms
 from .detection_head import head_mismatch
+from .detection_parity import SCORE_MARGIN
+from .detection_parity import detection_parity as detection_parity     # this task's metric, named here too
 from .vision_task import VISION_IMPORT_OPTIONS, VisionTask
 from .vision import VisionInput, vision_import_preprocess
 
 THRESHOLDS = {"score_threshold": 0.25, "iou_threshold": 0.45, "max_detections": 100}
 MAX_CANDIDATES = 4096           # the best-scoring boxes NMS sees (a 640 YOLO has 8400 anchors)
-MATCH_IOU = 0.5
-SCORE_MARGIN = 0.05             # parity: a box this close under the threshold on the other side still matches
 NEAR_MAX = 50
 # how each family's reference code feeds its input, the import default: (resize, options). The
 # normalisation is the family's (``normalisation_source`` "family NAME") for every input dtype, an
@@ -156,49 +156,6 @@ def unread_keys(post: dict, facts: dict) -> str | None:
     close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
     return (f"postprocess {', '.join(map(repr, unknown))} is not read by the {facts['family']} family (it reads "
             f"{', '.join(sorted(known - {'family', 'labels'}))})" + (f"; did you mean {close[0]!r}?" if close else ""))
-
-
-def _match(dets: list[dict], pool: list[dict], used: set[int]) -> list[tuple[int, int, float]]:
-    """Greedy (``dets`` best first) one-to-one matches ``(det index, pool index, IoU)`` by class at
-    IoU >= MATCH_IOU, skipping pool entries in ``used`` (updated)."""
-    out = []
-    for k, d in enumerate(dets):
-        same = [i for i, p in enumerate(pool) if p["class_id"] == d["class_id"] and i not in used]
-        if not same:
-            continue
-        iou = box_iou(np.array([d["box"]]), np.array([pool[i]["box"] for i in same]))[0]
-        j = int(iou.argmax())
-        if iou[j] >= MATCH_IOU:
-            used.add(same[j])
-            out.append((k, same[j], float(iou[j])))
-    return out
-
-
-def detection_parity(reference: list[TaskOutput], candidate: list[TaskOutput]) -> dict:
-    """F1 of the candidate's detections against the reference's (matched by class at IoU >= 0.5);
-    a detection whose twin on the other side is under the threshold by at most SCORE_MARGIN
-    (``near_detections``) counts as matched: its score drifted, the object is the same."""
-    tp = fp = fn = near = 0
-    ious: list[float] = []
-    for ref, cand in zip(reference, candidate):
-        r, c = ref.detections or [], cand.detections or []
-        used: set[int] = set()
-        pairs = _match(c, r, used)
-        tp += len(pairs)
-        ious += [p[2] for p in pairs]
-        c_left = [d for k, d in enumerate(c) if k not in {p[0] for p in pairs}]
-        r_left = [d for i, d in enumerate(r) if i not in used]
-        saved_c = _match(c_left, ref.near_detections or [], set())        # the reference had it, just under
-        saved_r = _match(r_left, cand.near_detections or [], set())       # the candidate had it, just under
-        near += len(saved_c) + len(saved_r)
-        tp += len(saved_c) + len(saved_r)
-        ious += [p[2] for p in saved_c + saved_r]
-        fp += len(c_left) - len(saved_c)
-        fn += len(r_left) - len(saved_r)
-    f1 = 1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
-    return {"metric": "detection_f1", "value": round(f1, 6), "samples": len(reference), "matched": tp,
-            "matched_across_threshold": near, "score_margin": SCORE_MARGIN, "unmatched_reference": fn,
-            "unmatched_candidate": fp, "mean_iou": round(float(np.mean(ious)), 6) if ious else None}
 
 
 def _err(msg):
@@ -340,6 +297,16 @@ class ObjectDetection(VisionTask):
         # a family whose graph ran NMS (ssd-postprocess): not again, unless the manifest asks (an
         # artifact from before rerun_nms has none: the graph's NMS alone, as the model answers)
         self.rerun_nms = not self.family.nms_in_graph or self.post.get("rerun_nms") is True
+
+    def check_limits(self, limits) -> None:
+        """A recorded max_detections over the artifact's max_detections limit: every answer was cut to the
+        limit with ``truncated`` false, exit 0 (an artifact imported before import refused it)."""
+        cap = getattr(limits, "max_detections", None)
+        if cap is not None and self.thresholds["max_detections"] > cap:
+            raise ArtifactError(f"postprocess max_detections {self.thresholds['max_detections']} is over the "
+                                f"artifact's max_detections limit of {cap}: every answer would be cut to {cap}; "
+                                "import or convert it again with at most that", file="manifest.json",
+                                code=ec.MANIFEST_FIELD_INVALID)
 
     def check_call_options(self, options: dict, limits) -> dict:
         return check_thresholds(options, getattr(limits, "max_detections", None), _err)
