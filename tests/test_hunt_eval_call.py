@@ -121,14 +121,7 @@ def test_a_data_folder_whose_only_images_are_hidden_says_so(make_artifact, tmp_p
 # -- 3. an empty trace id -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("blank", ["", "   "])
-def test_a_blank_trace_id_is_refused(make_artifact, blank):
-    with er.load(make_artifact(), device="fake") as rt:
-        with pytest.raises(er.InputError) as ei:
-            rt.infer("good film", trace_id=blank)
-        assert ei.value.code == "input_invalid" and "trace_id" in str(ei.value)
-        assert {e["code"]: e["count"] for e in rt.metrics()["errors"]} == {"input_invalid": 1}
-        assert rt.infer("good film", trace_id="r").trace_id == "r"
+# (the blank ids "" and "   " are in tests/test_hunt_trace_id.py's refused list)
 
 
 # -- 4. fractional deadlines on the command line ------------------------------------------------------

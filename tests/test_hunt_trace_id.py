@@ -10,7 +10,8 @@ import edge_runtime as er
 from edge_runtime.result import MAX_TRACE_ID
 
 
-@pytest.mark.parametrize("bad", [5, b"abc", "x" * (MAX_TRACE_ID + 1), "a\nb", "tab\there"])
+@pytest.mark.parametrize("bad", [5, b"abc", "x" * (MAX_TRACE_ID + 1), "a\nb", "tab\there",
+                                 "", "   "])     # blank: an id that correlates nothing (before 2026-12-07, ours)
 def test_a_trace_id_that_is_no_printable_string_is_refused(make_artifact, bad):
     with er.load(make_artifact(), device="fake") as rt:
         with pytest.raises(er.InputError) as ei:
