@@ -199,6 +199,20 @@ def task_sections(task_cls, info: dict, given: dict, warnings: list) -> tuple[di
     return facts or {}, pre, post
 
 
+def _offset_hint(n: int, classes: int, offset: int) -> str:
+    """What can make ``n`` names (``offset`` included) fit ``classes``: "adjust --label-offset" was said to a
+    file with more names than the model has classes too (COCO's 90 ids on an 80-class detector), which no
+    offset fixes."""
+    if n < classes:
+        return (f"--label-offset {offset + classes - n} if the file lacks {classes - n} leading background "
+                "class(es), else the labels file made for this model")
+    if offset >= n - classes:
+        return f"--label-offset {offset - (n - classes)} (the file holds the background class(es) itself?)"
+    return (f"the file names {n - classes - offset} more classes than the model has, which no --label-offset "
+            "fixes: use the labels file made for this model (COCO's 90-id list fits a 90-class SSD, not an "
+            "80-class YOLO)")
+
+
 def read_labels(labels, label_offset: int, facts: dict, warnings: list) -> list[str] | None:
     """The labels file's names (``label_offset`` background names first), checked against the
     class count ``check_io`` found; duplicates warned about."""
@@ -242,7 +256,7 @@ def read_labels(labels, label_offset: int, facts: dict, warnings: list) -> list[
     if classes is not None and len(names) != classes:
         where = f" (output {spec['name']!r} {spec['shape']})" if spec else ""
         raise InputError(f"{len(names)} labels (offset {label_offset} included) for {classes} classes{where}; "
-                         f"adjust --label-offset", code=ec.IMPORT_LABELS_MISMATCH)
+                         f"{_offset_hint(len(names), classes, label_offset)}", code=ec.IMPORT_LABELS_MISMATCH)
     dup = duplicate_labels(names)
     if dup:
         warnings.append(f"{Path(labels).name}: {describe_duplicates(dup)}")

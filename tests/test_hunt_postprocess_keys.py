@@ -80,3 +80,21 @@ def test_an_artifact_whose_max_detections_passes_its_own_limit_is_refused_at_loa
     with pytest.raises(ArtifactError) as err:
         er.load(tmp_path / "a", device="tflite", warmup=False)
     assert err.value.code == ec.MANIFEST_FIELD_INVALID and "max_detections 1000" in err.value.message
+
+
+@pytest.mark.parametrize("extra,offset,hint", [(10, 0, "which no --label-offset fixes"),
+                                               (-1, 0, "--label-offset 1 if the file lacks 1 leading"),
+                                               (-1, 2, "--label-offset 1 (the file holds")])
+def test_a_labels_count_that_no_offset_fixes_is_not_told_to_adjust_the_offset(tmp_path, extra, offset, hint):
+    """A 90-line labels file on the 80-class YOLOv8n was told 'adjust --label-offset', which only adds names
+    in front: the hint now says what can make the count fit."""
+    from click.testing import CliRunner
+
+    from edge_runtime.cli import main
+
+    labels = tmp_path / "labels.txt"
+    labels.write_text("".join(f"c{i}\n" for i in range(80 + extra)))
+    model = shared("detection", "yolov8n_tflite", "yolov8n_full_integer_quant.tflite")
+    r = CliRunner().invoke(main, ["import", str(model), "-o", str(tmp_path / "a"), "--task", "object-detection",
+                                  "--labels", str(labels), "--label-offset", str(offset)])
+    assert r.exit_code == 2 and "import_labels_mismatch" in r.output and hint in r.output, r.output
