@@ -87,7 +87,20 @@ def test_auto_does_not_choose_a_plugin_whose_sdk_is_missing(sdk_backend, make_ar
     assert r.exit_code == 4 and "would run" not in r.output and "pip install h37-sdk" in r.output, r.output
 
 
-def test_a_forced_sub_device_that_cannot_run_names_its_reason_once(tmp_path):
+@pytest.fixture
+def no_faked_tpu():
+    """The session's ``edgetpu-faked`` backend (conftest: a faked Coral that *can* run) out of the registry
+    for the test: these tests are about a host with no Edge TPU, whatever ran before them."""
+    from edge_runtime.devices import registry
+
+    saved = registry._factories.get("edgetpu-faked")
+    registry.unregister("edgetpu-faked")
+    yield
+    if saved is not None:
+        registry.register("edgetpu-faked", saved)
+
+
+def test_a_forced_sub_device_that_cannot_run_names_its_reason_once(tmp_path, no_faked_tpu):
     hw = detect_board(tmp_path, "x86")
     for device in ("edgetpu:usb:01", "edgetpu:pci"):
         with pytest.raises(er.DeviceError) as ei:
@@ -102,7 +115,7 @@ def test_a_forced_sub_device_that_cannot_run_names_its_reason_once(tmp_path):
     assert "coreml:cpu_only" in msg and "runs none of the artifact's targets" in msg and "no Edge TPU" in msg, msg
 
 
-def test_cli_devices_forced_edgetpu_sub_device_says_it_once(make_artifact, tmp_path, monkeypatch):
+def test_cli_devices_forced_edgetpu_sub_device_says_it_once(make_artifact, tmp_path, monkeypatch, no_faked_tpu):
     hw = detect_board(tmp_path, "x86")
     monkeypatch.setattr(hardware, "detect", lambda *a, **k: hw)
     monkeypatch.setattr(hardware, "detect_cached", lambda *a, **k: hw)
