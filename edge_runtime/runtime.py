@@ -145,10 +145,9 @@ class Runtime(CallPath):
         rest = BackgroundVerify(self.artifact, [f for f in man["files"] if f not in set(self.verified_files)])
         self.variant = cast(Variant, self.choice.variant)
         task = get_task(man.task)
-        own = DEFAULT_LIMITS.merged(task.default_limits, source="manifest").merged(man.get("limits"), source="manifest")
-        self.limits: Limits = own.merged(limits)
+        self.limits: Limits = DEFAULT_LIMITS.merged(task.default_limits, source="manifest") \
+            .merged(man.get("limits"), source="manifest").merged(limits)
         self.task = task(man, self.artifact.read_bytes, self.variant.buckets)
-        self.task.check_limits(own)     # the artifact's own limits; a caller who lowers one asks for its cut
         self._nonfinite_ok = self.task.allows_nonfinite_outputs      # the guard in _finish, read once
         sub = self.choice.suitability.device.partition(":")[2] or None
         self._sessions: list[Session] = []

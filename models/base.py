@@ -128,10 +128,6 @@ class Task:
     def finish(self, outputs: dict[str, np.ndarray], prepared: Prepared) -> TaskOutput:
         raise NotImplementedError
 
-    def check_limits(self, limits) -> None:
-        """Refuse (``ArtifactError``) a manifest whose own sections the artifact's limits would silently
-        override at every call. Default: nothing to check."""
-
     def check_call_options(self, options: dict, limits) -> dict:
         """``options`` (``infer(options=...)``) checked against ``call_options`` and ``limits``; what
         ``finish`` reads from ``prepared.meta["options"]``. Default: the task takes none."""

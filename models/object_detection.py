@@ -298,16 +298,6 @@ class ObjectDetection(VisionTask):
         # artifact from before rerun_nms has none: the graph's NMS alone, as the model answers)
         self.rerun_nms = not self.family.nms_in_graph or self.post.get("rerun_nms") is True
 
-    def check_limits(self, limits) -> None:
-        """A recorded max_detections over the artifact's max_detections limit: every answer was cut to the
-        limit with ``truncated`` false, exit 0 (an artifact imported before import refused it)."""
-        cap = getattr(limits, "max_detections", None)
-        if cap is not None and self.thresholds["max_detections"] > cap:
-            raise ArtifactError(f"postprocess max_detections {self.thresholds['max_detections']} is over the "
-                                f"artifact's max_detections limit of {cap}: every answer would be cut to {cap}; "
-                                "import or convert it again with at most that", file="manifest.json",
-                                code=ec.MANIFEST_FIELD_INVALID)
-
     def check_call_options(self, options: dict, limits) -> dict:
         return check_thresholds(options, getattr(limits, "max_detections", None), _err)
 

@@ -61,27 +61,6 @@ def test_an_artifact_built_before_the_refusal_is_refused_at_load_not_read_with_t
     assert "did you mean 'score_threshold'" in err.value.message
 
 
-def test_an_artifact_whose_max_detections_passes_its_own_limit_is_refused_at_load(tmp_path):
-    """Import now refuses a stated max_detections over the artifact's limit; one imported before recorded it and
-    every answer was cut to the limit (300 for 1000), ``truncated`` false, exit 0. Its load is refused
-    (``manifest_field_invalid``); a caller who lowers the limit at load asks for the cut and is not refused."""
-    from factories import rewrite_manifest
-
-    from edge_runtime import error_codes as ec
-    from edge_runtime.errors import ArtifactError
-
-    assert _import(tmp_path, '{"max_detections": 200}').exit_code == 0
-    with er.load(tmp_path / "a", device="tflite", warmup=False, limits={"max_detections": 50}):
-        pass                                    # the caller's own lower limit: its choice
-
-    def over(m):
-        m["postprocess"]["max_detections"] = 1000
-    rewrite_manifest(tmp_path / "a", over)
-    with pytest.raises(ArtifactError) as err:
-        er.load(tmp_path / "a", device="tflite", warmup=False)
-    assert err.value.code == ec.MANIFEST_FIELD_INVALID and "max_detections 1000" in err.value.message
-
-
 @pytest.mark.parametrize("extra,offset,hint", [(10, 0, "which no --label-offset fixes"),
                                                (-1, 0, "--label-offset 1 if the file lacks 1 leading"),
                                                (-1, 2, "--label-offset 1 (the file holds")])
