@@ -16,7 +16,7 @@ import threading
 from edge_runtime.plugins import entry_point_refs, resolve_ref
 
 from edge_runtime import error_codes as ec
-from edge_runtime.errors import DeviceError
+from edge_runtime.errors import DeviceError, exc_text
 
 GROUP = "edge_runtime.devices"
 # Used only when the distribution's metadata is not installed (running from a
@@ -133,7 +133,7 @@ def get_backend(name: str):
             backend = _resolve(ref)()
         except Exception as exc:
             # an exception of no text is named by its type (": " ended the line before 2026-12-07)
-            raise DeviceError(f"device backend {name!r} failed to initialise: {str(exc) or type(exc).__name__}",
+            raise DeviceError(f"device backend {name!r} failed to initialise: {exc_text(exc)}",
                               code=ec.DEVICE_BACKEND_BROKEN) from exc
         why = _not_a_backend(backend)
         if why is not None:
@@ -176,26 +176,27 @@ def _declared(ref) -> tuple[str, ...] | None:
 class KnownTargets(dict):
     """``known_targets()``: target -> names of the backends that load and declare it; ``broken``:
     name -> (its ``device_backend_broken`` error, the targets it declares or None: unknown) of each
-    backend that fails to load. A target no working backend knows, that a broken one declares (or
-    may: its targets cannot be read), is that backend's fault, not the artifact's: ``target in
-    known`` raises its ``DeviceError`` (``device_backend_broken``, naming each such backend and why)
-    rather than answer False, so ``check_targets`` refuses the plug-in, not the manifest."""
+    backend that fails to load."""
 
     broken: dict[str, tuple[DeviceError, tuple[str, ...] | None]]
 
-    def __contains__(self, target: object) -> bool:
-        if dict.__contains__(self, target):
-            return True
-        suspects = {n: e for n, (e, declared) in getattr(self, "broken", {}).items()
-                    if declared is None or target in declared}
-        if not suspects:
-            return False
-        names = ", ".join(sorted(suspects))
-        raise DeviceError(f"no working device backend knows target {target!r}: device backend(s) {names} failed "
-                          f"to load and " + ("declare" if all(self.broken[n][1] for n in suspects) else "may declare")
-                          + f" it ({'; '.join(e.message for e in suspects.values())}); fix or uninstall the plug-in "
-                          f"(`edge-infer devices` lists every backend; known targets: "
-                          f"{', '.join(sorted(self)) or 'none'})", code=ec.DEVICE_BACKEND_BROKEN)
+
+def broken_for(known: dict, target: str) -> DeviceError | None:
+    """For a target no working backend in ``known`` (``known_targets()``) knows: the ``device_backend_broken``
+    error naming each broken backend that declares it (or may: its targets cannot be read), or None. Such a
+    target is that plug-in's fault, not the artifact's (``selection.check_targets``)."""
+    broken = getattr(known, "broken", {})
+    if target in known:
+        return None
+    suspects = {n: e for n, (e, declared) in broken.items() if declared is None or target in declared}
+    if not suspects:
+        return None
+    names = ", ".join(sorted(suspects))
+    return DeviceError(f"no working device backend knows target {target!r}: device backend(s) {names} failed "
+                       f"to load and " + ("declare" if all(broken[n][1] for n in suspects) else "may declare")
+                       + f" it ({'; '.join(e.message for e in suspects.values())}); fix or uninstall the plug-in "
+                       f"(`edge-infer devices` lists every backend; known targets: "
+                       f"{', '.join(sorted(known)) or 'none'})", code=ec.DEVICE_BACKEND_BROKEN)
 
 
 def known_targets() -> KnownTargets:

@@ -19,10 +19,10 @@ from typing import Any
 import click
 
 from .cli_common import _guard, device_flags, device_options, emit
-from .cli_inputs import _limit_overrides, _read_arrays, _read_image_stdin, _read_json_input, _read_text
+from .cli_inputs import _limit_overrides, _read_arrays, _read_image_stdin, _read_json_input, _read_text, ms_value
 from . import error_codes as ec
 from .errors import InputError
-from .limits import Limits, deadline_value
+from .limits import Limits
 
 
 def _fmt_num(x) -> str:
@@ -77,8 +77,8 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
     if len(given) != 1:
         raise InputError("give exactly one of --text, --text-file, --image, --input", code=ec.INPUT_MISSING)
     (flag, value), = given.items()
-    overrides = _overrides(limit)
-    deadline_ms = None if deadline_ms is None else _ms(deadline_ms, "--deadline-ms")
+    overrides = _limit_overrides(limit)
+    deadline_ms = None if deadline_ms is None else ms_value(deadline_ms, "--deadline-ms")
     if deadline_ms is not None and overrides.get("deadline_ms", deadline_ms) != deadline_ms:
         # the call's deadline_ms replaces the limits' one: `--limit deadline_ms=50 --deadline-ms 3000` ran
         # under 3000 ms, exit 0, the lowered limit dropped silently (before 2026-12-07)
@@ -137,33 +137,6 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
     if draw_path is not None:
         data["drawn"] = str(draw_path)
     emit(data, as_json, human)
-
-
-def _ms(text: str, what: str) -> int | float:
-    """A deadline given on the command line, as the API takes it (``deadline_value``: any positive
-    number of ms, 2.5 too); before 2026-12-07 ``--deadline-ms 2.5`` was click's usage error and
-    ``--limit deadline_ms=2.5`` "must be a positive integer", while ``infer(deadline_ms=2.5)`` ran."""
-    try:
-        number: int | float = int(text.strip())
-    except ValueError:
-        try:
-            number = float(text.strip())
-        except ValueError:
-            raise InputError(f"{what} must be a positive number of milliseconds, got {text!r}",
-                             code=ec.LIMIT_INVALID) from None
-    return deadline_value(number, InputError, what)
-
-
-def _overrides(pairs) -> dict:
-    """``--limit KEY=VALUE`` (``_limit_overrides``), ``deadline_ms`` a number as ``--deadline-ms``'s."""
-    pairs = list(pairs or ())
-    mine = [x for x in pairs if "=" in x and x.partition("=")[0].strip() == "deadline_ms"]
-    out = _limit_overrides([x for x in pairs if x not in mine])
-    values = {_ms(x.partition("=")[2], "--limit deadline_ms") for x in mine}
-    if len(values) > 1:     # as ``_limit_overrides`` refuses any other key given twice
-        raise InputError("--limit deadline_ms given more than once with different values: give it once",
-                         code=ec.INPUT_INVALID)
-    return {**out, "deadline_ms": values.pop()} if values else out
 
 
 def _check_draw(path: str, flag: str, image: str) -> None:

@@ -10,13 +10,28 @@ from pathlib import Path
 
 from . import error_codes as ec
 from .errors import InputError
-from .limits import DEFAULT_LIMITS, Limits, json_depth
+from .limits import DEFAULT_LIMITS, Limits, deadline_value, json_depth
+
+
+def ms_value(text: str, what: str) -> int | float:
+    """A deadline given on the command line, as the API takes it (``deadline_value``: any positive
+    number of ms, 2.5 too); before 2026-12-07 ``--deadline-ms 2.5`` was click's usage error and
+    ``--limit deadline_ms=2.5`` "must be a positive integer", while ``infer(deadline_ms=2.5)`` ran."""
+    try:
+        number: int | float = int(text.strip())
+    except ValueError:
+        try:
+            number = float(text.strip())
+        except ValueError:
+            raise InputError(f"{what} must be a positive number of milliseconds, got {text!r}",
+                             code=ec.LIMIT_INVALID) from None
+    return deadline_value(number, InputError, what)
 
 
 def _limit_overrides(pairs) -> dict:
     """``--limit KEY=VALUE`` (repeatable): per-call limits, checked for syntax and known
     keys here and, once the artifact is loaded, never above its own limits."""
-    out: dict[str, float] = {}
+    out: dict[str, int | float] = {}
     known = sorted(Limits().to_dict())
     for pair in pairs or ():
         key, sep, value = pair.partition("=")
@@ -26,10 +41,14 @@ def _limit_overrides(pairs) -> dict:
                              code=ec.INPUT_INVALID)
         if key not in known:
             raise InputError(f"unknown limit {key!r} (valid keys: {', '.join(known)})", code=ec.LIMIT_UNKNOWN)
-        try:
-            number = int(value.strip())
-        except ValueError:
-            raise InputError(f"limit {key} must be a positive integer, got {value!r}", code=ec.LIMIT_INVALID) from None
+        if key == "deadline_ms":        # any positive number of ms, as the API's deadline_ms (2.5 too)
+            number: int | float = ms_value(value, "--limit deadline_ms")
+        else:
+            try:
+                number = int(value.strip())
+            except ValueError:
+                raise InputError(f"limit {key} must be a positive integer, got {value!r}",
+                                 code=ec.LIMIT_INVALID) from None
         if out.get(key, number) != number:      # the last one was kept: `=3` then `=100` dropped the lower, silently
             raise InputError(f"--limit {key} given more than once with different values: give it once",
                              code=ec.INPUT_INVALID)

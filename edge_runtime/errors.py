@@ -97,3 +97,12 @@ def _json_safe(value):
     if isinstance(value, dict):
         return {str(k): _json_safe(v) for k, v in value.items()}
     return str(value)
+
+
+def exc_text(exc: BaseException, *, typed: bool = False) -> str:
+    """An exception's text for a message (``typed``: "Type: text"), its type's name where it has no text:
+    messages ended in ": " for ``NotImplementedError()`` and the like before 2026-12-07."""
+    text = str(exc).strip()
+    if not text:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {exc}" if typed else str(exc)

@@ -49,7 +49,8 @@ MAX_TRACE_ID = 256
 
 
 def check_trace_id(trace_id) -> str:
-    """A caller's trace id: a printable string of at most ``MAX_TRACE_ID`` characters (a W3C traceparent is 55).
+    """A caller's trace id: a printable, non-blank string of at most ``MAX_TRACE_ID`` characters (a W3C
+    traceparent is 55).
     Before 2026-12-07 an int came back as the result's ``trace_id`` (``"trace_id": 5`` in JSON, not a string)
     and a 10,000-character one was carried into every log line and record."""
     from . import error_codes as ec
@@ -59,6 +60,8 @@ def check_trace_id(trace_id) -> str:
         shown = repr(trace_id) if len(repr(trace_id)) <= 60 else f"{repr(trace_id)[:57]}..."
         raise InputError(f"trace_id must be a printable string of at most {MAX_TRACE_ID} characters, got "
                          f"{type(trace_id).__name__} {shown}", code=ec.INPUT_INVALID)
+    if not trace_id.strip():        # "" correlates nothing (before 2026-12-07 it got one of ours, silently)
+        raise InputError(f"trace_id {trace_id!r} is blank: give an id, or None for ours", code=ec.INPUT_INVALID)
     return trace_id
 
 

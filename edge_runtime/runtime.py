@@ -22,7 +22,7 @@ from . import error_codes as ec
 from . import hardware as hw
 from . import tune_cache
 from .artifact import BackgroundVerify, check_unchanged, load_artifact, variant_files, verify_files
-from .errors import DeviceError, EdgeRuntimeError
+from .errors import DeviceError, EdgeRuntimeError, exc_text
 from .limits import DEFAULT_LIMITS, Limits
 from .measured_here import isa_note, tuned_summary
 from .metrics import RuntimeMetrics
@@ -73,12 +73,6 @@ def load(path, device: str = "auto", *, strict: bool = False, target: str | None
             if first is not None:   # the next candidate refused otherwise (a device option only the first takes)
                 raise first from None
             raise
-
-
-def _why(exc: BaseException) -> str:
-    """An exception's text, or its type's name where it has none (``NotImplementedError()``: the
-    messages ended in ": " before 2026-12-07)."""
-    return str(exc) or type(exc).__name__
 
 
 class Runtime(CallPath):
@@ -168,7 +162,7 @@ class Runtime(CallPath):
                 except EdgeRuntimeError:
                     raise
                 except Exception as exc:
-                    raise DeviceError(f"{self.choice.backend_name} could not load {bucket['file']}: {_why(exc)}",
+                    raise DeviceError(f"{self.choice.backend_name} could not load {bucket['file']}: {exc_text(exc)}",
                                       code=ec.DEVICE_LOAD_FAILED) from exc
                 why = registry.not_a_session(sess)
                 if why is not None:         # the device seam's protocol (README: How to add a backend)
@@ -295,7 +289,7 @@ class Runtime(CallPath):
             try:
                 outputs = sess.run(feeds)
             except Exception as exc:
-                raise DeviceError(f"warm-up of bucket {bucket['name']} failed on {self.device}: {_why(exc)}",
+                raise DeviceError(f"warm-up of bucket {bucket['name']} failed on {self.device}: {exc_text(exc)}",
                                   code=ec.DEVICE_WARMUP_FAILED) from exc
             self.check_outputs(outputs, k)
             self.warmup_ms[bucket.name] = round((time.perf_counter() - t0) * 1000, 3)
@@ -315,7 +309,7 @@ class Runtime(CallPath):
                     cast(BatchSession, sess).prepare_many()    # batch_warmup declares the batch protocol
                 except Exception as exc:
                     raise DeviceError(f"batch-path warm-up of bucket {bucket['name']} failed on {self.device}: "
-                                      f"{_why(exc)}", code=ec.DEVICE_WARMUP_FAILED) from exc
+                                      f"{exc_text(exc)}", code=ec.DEVICE_WARMUP_FAILED) from exc
                 out[bucket.name] = round((time.perf_counter() - t0) * 1000, 3)
         self.warmup_ms.update({f"batch:{k}": v for k, v in out.items()})
         return out

@@ -18,7 +18,7 @@ from edge_runtime.devices.base import SessionCrashed
 
 from . import error_codes as ec
 from .batch_path import run_grouped
-from .errors import ArtifactError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout, InputError
+from .errors import ArtifactError, EdgeRuntimeError, InferenceRuntimeError, InferenceTimeout, InputError, exc_text
 from .limits import Limits, deadline_value
 from .metrics import RuntimeMetrics
 from .output_contract import output_problems
@@ -61,8 +61,8 @@ class CallPath:
             lim = self.limits if limits is None else self.limits.merged(limits)    # a refusal is counted too
             deadline = lim.deadline_ms if deadline_ms is None else deadline_value(deadline_ms)
             opts = None if options is None else self._options(options, lim)
-            if trace_id is not None and not check_trace_id(trace_id).strip():      # "" correlates nothing
-                raise InputError(f"trace_id {trace_id!r} is blank: give an id, or None for ours", code=ec.INPUT_INVALID)
+            if trace_id is not None:
+                trace_id = check_trace_id(trace_id)
             res = self._infer_one(raw, lim, t0, t0 + deadline / 1000, deadline, trace_id, opts)
             self._metrics.ok(res.bucket, res.latency_ms, res.input_length, res.truncated)
             return res
@@ -251,7 +251,7 @@ class CallPath:
             # and code; before 2026-12-07 it reached the caller as our inference_failed
             raise
         except Exception as exc:
-            raise InferenceRuntimeError(f"post-processing failed: {_what(exc)}",
+            raise InferenceRuntimeError(f"post-processing failed: {exc_text(exc, typed=True)}",
                                         device=self.device, variant=self.variant.target) from exc
 
     def check_outputs(self, outputs, bucket: int) -> None:
@@ -280,7 +280,7 @@ class CallPath:
         if self._closed:    # closed under the call: its session's objects are gone (SessionClosed, or whatever
             return self._closed_error()     # a half-released session raised); the failure is the close's
         return InferenceRuntimeError(f"{self.device} failed on {self.variant['target']} bucket "
-                                     f"{self.variant['buckets'][prepared.bucket]['name']}: {_what(exc)}",
+                                     f"{self.variant['buckets'][prepared.bucket]['name']}: {exc_text(exc, typed=True)}",
                                      device=self.device, variant=self.variant.target,
                                      code=ec.BACKEND_CRASHED if isinstance(exc, SessionCrashed) else None)
 
@@ -368,15 +368,11 @@ def _with_options(prepared, opts: dict):
     return prepared
 
 
-def _what(exc: BaseException) -> str:      # "Type: text"; the type alone where there is no text (not "Type: ")
-    return f"{type(exc).__name__}: {exc}" if str(exc).strip() else type(exc).__name__
-
-
 def _typed(exc: Exception) -> EdgeRuntimeError:
     """A preparation failure as a typed error: a task bug or an exotic input is an ``InputError``."""
     if isinstance(exc, EdgeRuntimeError):
         return exc
-    err = InputError(f"input could not be prepared: {_what(exc)}", code=ec.INPUT_INVALID)
+    err = InputError(f"input could not be prepared: {exc_text(exc, typed=True)}", code=ec.INPUT_INVALID)
     err.__cause__ = exc
     return err
 

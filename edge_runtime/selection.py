@@ -155,6 +155,9 @@ class Choice(Frozen):
 def check_targets(targets: list[str]) -> dict[str, list[str]]:
     known = registry.known_targets()
     for target in targets:
+        broken = registry.broken_for(known, target)
+        if broken is not None:          # only a plug-in that fails to load declares it: the plug-in's fault
+            raise broken
         if target not in known:
             raise ArtifactError(f"no device backend knows target {target!r} (known targets: "
                                 f"{', '.join(sorted(known)) or 'none'})", file="manifest.json",
