@@ -335,23 +335,26 @@ def check_source_head(source, post: dict) -> None:
     """Refuse (``InputError`` ``convert_family_mismatch``) a ``post`` (an object detector's resolved
     ``postprocess``: ``family`` and its parameters, as ``Task.build_sections`` returns it) that does
     not fit the head of the ONNX model at ``source``:
-    :func:`edge_runtime.models.detection_head.head_mismatch` on the graph's columns, as ``import``
+    :func:`edge_runtime.models.detection_head.head_mismatch` and ``activation_mismatch`` (a stated score
+    activation the graph contradicts) on the graph's columns, as ``import``
     checks them. For ``convert``, whose parity cannot catch a wrong family (the fp32 reference
     decodes the same wrong way). Nothing is refused where the graph shows nothing."""
     import onnx
 
     from edge_runtime import error_codes as ec
     from edge_runtime.errors import InputError
-    from edge_runtime.models.detection_head import head_mismatch
+    from edge_runtime.models.detection_head import ACTIVATION_KEYS, activation_mismatch, head_mismatch
 
     family = post.get("family")
-    if family not in ("yolo", "yolox"):
+    if family not in ACTIVATION_KEYS:
         return
     try:
         model = onnx.load(str(source), load_external_data=False)
     except Exception:  # noqa: BLE001 - the source's own reading reports an unreadable model
         return
     params = {k: v for k, v in post.items() if k != "family"}
-    why = head_mismatch(str(family), params, head_columns(model).get(params.get("output")))
+    columns = head_columns(model)
+    why = (head_mismatch(str(family), params, columns.get(params.get("output")))
+           or activation_mismatch(str(family), params, columns))
     if why:
         raise InputError(f"--family {family}: {why}", code=ec.CONVERT_FAMILY_MISMATCH, family=family)

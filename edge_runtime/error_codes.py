@@ -351,8 +351,8 @@ IMPORT_IO_PER_CHANNEL: Final = _code("import_io_per_channel", "artifact",
 # -- import: a detector head that is another family's than --family (a YOLOX head read as yolo) -----
 IMPORT_FAMILY_MISMATCH: Final = _code("import_family_mismatch", "input",
                                       "The detector's graph shows another family's head than --family states (a "
-                                      "YOLOX objectness column read as yolo, say): its boxes would decode as "
-                                      "garbage; the message names the family that fits.")
+                                      "YOLOX objectness column read as yolo, say), or scores its activation "
+                                      "contradicts (logits read as scores): the message names the fix.")
 
 # -- convert: --parity-data that is the calibration data (parity on calibrated samples is not held-out) --
 CONVERT_PARITY_IS_CALIBRATION: Final = _code("convert_parity_is_calibration", "input",
@@ -375,9 +375,9 @@ SERVE_EXTENSION_UNSUPPORTED: Final = _code("serve_extension_unsupported", "input
 # -- convert: the ONNX source's detector head is another family's than --family states ------------------
 CONVERT_FAMILY_MISMATCH: Final = _code("convert_family_mismatch", "input",
                                        "The ONNX source's detector head is another family's than --family states "
-                                       "(a YOLOX objectness column read as yolo, say): parity cannot catch it, the "
-                                       "fp32 reference decodes the same wrong way; the message names the family "
-                                       "that fits.")
+                                       "(a YOLOX objectness column read as yolo, say), or its scores contradict the "
+                                       "stated activation: parity cannot catch it (the fp32 reference decodes the "
+                                       "same wrong way); the message names the fix.")
 # -- load: a bucket's first outputs are not what the manifest says the model returns ---------------------
 OUTPUT_CONTRACT_MISMATCH: Final = _code("output_contract_mismatch", "artifact",
                                         "A bucket's first outputs on this device are not the manifest's (an "

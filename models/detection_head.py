@@ -87,3 +87,51 @@ def head_mismatch(family: str, params: dict, columns: dict | None) -> str | None
         return (f"{where} boxes, then one branch of {width - 4} class scores: no objectness column, "
                 f"{width} = 4 + {width - 4} (yolox would read the first class as one): not a YOLOX head")
     return None
+
+
+# the postprocess key that applies a sigmoid to each family's scores (detection_decode)
+ACTIVATION_KEYS = {"yolo": "class_activation", "yolox": "activation", "gfl": "activation"}
+
+
+def score_kind(family: str, params: dict, columns: dict) -> str | None:
+    """What the graph writes into a detector's score columns (``columns``: every output's segments,
+    ``{output: {axis: segments}}``): ``sigmoid`` where a Sigmoid writes every one of them (objectness
+    too), ``raw`` where a Conv or MatMul does (logits), None where the graph does not show one kind."""
+    if family == "gfl":
+        kinds: set = set()
+        for name in params.get("cls_outputs") or []:
+            segs = (columns.get(name) or {}).get(2)
+            if not segs:
+                return None
+            kinds |= {seg[1] for seg in segs}
+    elif family in ("yolo", "yolox"):
+        axis = 1 if family == "yolo" and params.get("layout") == "channels_first" else 2
+        segs = (columns.get(params.get("output")) or {}).get(axis) or []
+        if _head_evidence(segs) is None:
+            return None
+        at, kinds = 0, set()
+        for seg in segs:
+            if at >= 4:
+                kinds.add(seg[1])
+            at += int(seg[0])
+    else:
+        return None
+    return next(iter(kinds)) if len(kinds) == 1 and kinds <= {"sigmoid", "raw"} else None
+
+
+def activation_mismatch(family: str, params: dict, columns: dict) -> str | None:
+    """Why the family's score activation (``class_activation`` / ``activation``, resolved in ``params``)
+    contradicts the graph, or None: scores written by a Conv (logits) read with no activation are
+    negative or past 1 and every threshold means nothing; a Sigmoid in the graph and ``sigmoid`` stated
+    squeeze every score into 0.5..0.73. None where the graph shows neither (:func:`score_kind`)."""
+    key = ACTIVATION_KEYS.get(family)
+    kind = score_kind(family, params, columns) if key else None
+    act = params.get(key) if key else None
+    if kind == "raw" and act == "none":
+        return (f"the graph writes the scores straight from a convolution (no Sigmoid: logits); read with {key} "
+                f"none they would be negative or past 1 and no threshold would mean what it says: state "
+                f"--postprocess '{{\"{key}\": \"sigmoid\"}}'")
+    if kind == "sigmoid" and act == "sigmoid":
+        return (f"the graph applies a Sigmoid to the scores already; {key} sigmoid would apply it twice (every "
+                f"score between 0.5 and 0.73): drop {key}")
+    return None

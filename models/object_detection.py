@@ -27,7 +27,7 @@ from edge_runtime.errors import ArtifactError, InputError
 from .base import Prepared, TaskMismatch, TaskOutput, dequantize, is_number
 from .classification import score_keys
 from .detection_decode import FAMILIES, nms
-from .detection_head import head_mismatch
+from .detection_head import ACTIVATION_KEYS, activation_mismatch, head_mismatch, score_kind
 from .detection_parity import SCORE_MARGIN
 from .detection_parity import detection_parity as detection_parity     # this task's metric, named here too
 from .vision_task import VISION_IMPORT_OPTIONS, VisionTask
@@ -246,7 +246,18 @@ class ObjectDetection(VisionTask):
                                 "TFLite converted with its boxes in pixels")
         sections = cls.sections_for(model["inputs"], model["outputs"], post)
         params = {k: v for k, v in sections.items() if k != "family"}
-        why = head_mismatch(sections["family"], params, (model.get("head_columns") or {}).get(params.get("output")))
+        columns = model.get("head_columns") or {}
+        key = ACTIVATION_KEYS.get(sections["family"])
+        if key and key not in post and score_kind(sections["family"], params, columns) == "raw":
+            # logits straight from a Conv (an export without its Sigmoid): read as scores they were negative
+            # or past 1 and the 0.25 threshold kept the wrong boxes, exit 0; the graph says which
+            post[key] = "sigmoid"
+            warnings.append(f"{sections['family']} {key} 'sigmoid': the graph writes the scores straight from a "
+                            f"convolution (logits), which a sigmoid makes the scores the thresholds expect")
+            sections = cls.sections_for(model["inputs"], model["outputs"], post)
+            params = {k: v for k, v in sections.items() if k != "family"}
+        why = (head_mismatch(sections["family"], params, columns.get(params.get("output")))
+               or activation_mismatch(sections["family"], params, columns))
         if why:
             named = (f"--family {sections['family']}" if post.get("family")
                      else f"family {sections['family']} (guessed from the output shape)")
