@@ -22,7 +22,6 @@ import io
 import os
 import stat
 import struct
-from pathlib import Path
 
 import numpy as np
 
@@ -85,20 +84,36 @@ def bmp_bytes(width: int, height: int, color: tuple[int, int, int] = (0, 0, 0)) 
 
 
 def _read_path(path, limits) -> bytes:
-    if not str(path):
-        raise InputError("image path is empty", code=ec.INPUT_EMPTY)
-    p = Path(path)
     try:
-        st = os.stat(p)       # one stat: the size and whether it is a regular file (is_file() was a second)
+        name = os.fsdecode(os.fspath(path))      # a PathLike may give its name in bytes, as os.fsencode does
+    except TypeError as exc:                     # a PathLike whose __fspath__ gives neither
+        raise InputError(f"image path: {exc}", code=ec.INPUT_WRONG_TYPE) from None
+    if not name:
+        raise InputError("image path is empty", code=ec.INPUT_EMPTY)
+    try:
+        st = os.stat(name)    # one stat: the size and whether it is a regular file (is_file() was a second)
     except OSError as exc:
-        raise InputError(f"cannot read image file {str(p)!r}: {exc.strerror}", code=ec.INPUT_FILE_UNREADABLE) from None
+        raise InputError(f"cannot read image file {name!r}: {exc.strerror}", code=ec.INPUT_FILE_UNREADABLE) from None
+    except ValueError as exc:     # a NUL byte, a lone surrogate: no file has that name (was an untyped ValueError)
+        raise InputError(f"cannot read image file {name!r}: not a valid path ({exc})",
+                         code=ec.INPUT_FILE_UNREADABLE) from None
     if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{str(p)!r} is not a file", code=ec.INPUT_FILE_UNREADABLE)
+        raise InputError(f"{name!r} is not a file", code=ec.INPUT_FILE_UNREADABLE)
     if st.st_size > limits.max_image_bytes:
         raise InputError(f"image file is {st.st_size} bytes, over the limit of {limits.max_image_bytes}",
                          code=ec.INPUT_TOO_LARGE, limit=limits.max_image_bytes)
-    with open(p, "rb") as fh:
-        return fh.read()
+    try:
+        with open(name, "rb") as fh:
+            data = fh.read(st.st_size + 1)     # one byte past the stat's size: a file longer than it said shows
+            if len(data) > st.st_size:          # grown since the stat, or a /proc file whose stat says 0 bytes:
+                data += fh.read(limits.max_image_bytes + 1 - len(data))      # never more than the limit
+    except OSError as exc:      # permissions, a file gone since the stat, /proc/self/mem's EIO (was an untyped OSError)
+        raise InputError(f"cannot read image file {name!r}: {exc.strerror or exc}",
+                         code=ec.INPUT_FILE_UNREADABLE) from None
+    if len(data) > limits.max_image_bytes:      # a file growing, or a /proc file whose stat says 0 bytes
+        raise InputError(f"image file {name!r} holds over {limits.max_image_bytes} bytes (the limit), though its "
+                         f"size said {st.st_size}", code=ec.INPUT_TOO_LARGE, limit=limits.max_image_bytes)
+    return data
 
 
 def decode(raw, limits, mode: str):
