@@ -42,6 +42,11 @@ def preprocess_error(message: str):
     raise InputError(message, code=ec.CONVERT_PREPROCESS_INVALID)
 
 
+# a score this far past 0..1 is a quantised model's overshoot (a uint8 step is 1/256: clipped); further, the
+# model answers logits, not probabilities (a detector's or a pose model's head without its sigmoid: refused)
+SCORE_SLACK = 0.01
+
+
 def is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 

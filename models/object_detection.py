@@ -24,7 +24,7 @@ import numpy as np
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError, InputError
 
-from .base import Prepared, TaskMismatch, TaskOutput, dequantize, is_number
+from .base import SCORE_SLACK, Prepared, TaskMismatch, TaskOutput, dequantize, is_number
 from .classification import score_keys
 from .detection_decode import FAMILIES, nms
 from .detection_head import ACTIVATION_KEYS, activation_mismatch, head_mismatch, score_kind
@@ -335,6 +335,8 @@ class ObjectDetection(VisionTask):
         if ok.size > MAX_CANDIDATES:    # kept in anchor order: NMS breaks score ties by it, as without the cap
             ok = ok[np.sort(np.argpartition(-scores[ok], MAX_CANDIDATES - 1)[:MAX_CANDIDATES])]
         boxes, scores, ids = boxes[ok], scores[ok], ids[ok]
+        if scores.size and float(scores.max()) > 1.0:
+            scores = self._probabilities(scores)
         # NMS is greedy by score: a box under the threshold never suppresses one over it, so the
         # detections are those of NMS over the boxes >= threshold alone; the rest are near misses
         limit = int(th["max_detections"]) + NEAR_MAX
@@ -351,6 +353,20 @@ class ObjectDetection(VisionTask):
             counts[key] = max(counts.get(key, 0.0), d["score"])
         return TaskOutput(prediction=dets[0]["label"] if dets else None, scores=counts, detections=dets,
                           class_id=dets[0]["class_id"] if dets else None, near_detections=near_dets)
+
+    def _probabilities(self, scores: np.ndarray) -> np.ndarray:
+        """Scores past 1 within the quantisation's overshoot, clipped; further, the model answers logits (a head
+        without its sigmoid, the artifact's activation ``none``): before 2026-12-07 they were reported as scores
+        (10.3 on bus.jpg) and judged by the thresholds, exit 0. Import reads the activation from the graph where
+        it can; this catches the graphs it cannot follow."""
+        top = float(scores.max())
+        if top > 1 + SCORE_SLACK:
+            key = "class_activation" if self.family.name == "yolo" else "activation"
+            raise ArtifactError(f"object-detection: the model's scores reach {top:.4g}, not 0..1: logits, not "
+                                f"probabilities (postprocess {key} is {self.params.get(key, 'none')!r}; a head "
+                                f"without its sigmoid needs {key} 'sigmoid': import the model again with it)",
+                                file="manifest.json", code=ec.ARTIFACT_TASK_MISMATCH)
+        return np.minimum(scores, 1.0)
 
     def _records(self, boxes, scores, ids, geo) -> list[dict[str, Any]]:
         out_boxes = geo.to_original(boxes) if geo is not None else boxes

@@ -26,7 +26,7 @@ import numpy as np
 from edge_runtime import error_codes as ec
 from edge_runtime.errors import ArtifactError
 
-from .base import Prepared, TaskMismatch, TaskOutput, dequantize, pick_output
+from .base import SCORE_SLACK, Prepared, TaskMismatch, TaskOutput, dequantize, pick_output
 from .vision_task import VISION_IMPORT_OPTIONS, VisionTask
 from .vision import VisionInput, vision_import_preprocess
 
@@ -37,7 +37,6 @@ KEYPOINT_NAMES = ("nose", "left_eye", "right_eye", "left_ear", "right_ear", "lef
 SKELETON = ((0, 1), (0, 2), (1, 3), (2, 4), (0, 5), (0, 6), (5, 7), (7, 9), (6, 8), (8, 10), (5, 6), (5, 11),
             (6, 12), (11, 12), (11, 13), (13, 15), (12, 14), (14, 16))
 PCK_FRACTION = 0.05          # a keypoint agrees within this share of the image diagonal
-SCORE_SLACK = 0.01           # a keypoint score this far past 0..1 is quantisation overshoot (clipped)
 CONFIDENT = 0.3              # the reference score over which a keypoint also counts in "pck_confident"
 IMAGE_DTYPES = ("uint8", "int8", "float32")
 

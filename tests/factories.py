@@ -18,7 +18,8 @@ WORDS = ["good", "bad", "great", "awful", "stock", "market", "crashes", "rises",
 # the tiny vision artifacts: task -> (output spec, postprocess, labels)
 VISION = {
     "object-detection": ({"name": "output0", "dtype": "float32", "shape": [1, 7, 12]},
-                         {"family": "yolo", "output": "output0", "box_units": "pixels", "score_threshold": 0.25,
+                         {"family": "yolo", "output": "output0", "box_units": "pixels", "class_activation": "sigmoid",
+                          "score_threshold": 0.25,
                           "iou_threshold": 0.45, "max_detections": 20}, ["cat", "dog", "bird"]),
     "pose-estimation": ({"name": "keypoints", "dtype": "float32", "shape": [1, 1, 17, 3]},
                         {"output": "keypoints"}, None),

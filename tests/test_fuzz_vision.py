@@ -350,7 +350,8 @@ def _run_all(runtimes, files, task, strategy, n, fixed=True) -> Counter:
     stacked = st.builds(lambda a, k: np.stack([a] * k), pixels, st.integers(1, 3))     # an N x H x W x 3 batch
     raws = {"bytes": hostile_bytes, "arrays": image_arrays, "wrong": wrong | st.sampled_from(files),
             "anything": anything, "options": real_images | pixels, "batches": st.one_of(
-                st.lists(item, max_size=8), st.lists(item, max_size=8), stacked, anything)}[strategy]
+                st.lists(item, max_size=8), st.tuples(st.lists(item, max_size=7), pixels).map(lambda t: [*t[0], t[1]]),
+                stacked, anything)}[strategy]     # the second: a batch holding one input that must succeed
     opts = {"options": options, "batches": st.one_of(st.none(), st.none(), st.none(), options)}.get(strategy, st.none())
 
     @_cases(n, case_seed)

@@ -206,6 +206,7 @@ def test_detection_scores_keep_one_entry_per_class_of_a_repeated_label(make_arti
     from edge_runtime.models.base import Prepared
 
     out, post, _ = factories.VISION["object-detection"]
+    post = {**post, "class_activation": "none"}     # the rows below are the scores themselves
     monkeypatch.setitem(factories.VISION, "object-detection", (out, post, ["cat", "cat", "bird"]))
     art = make_artifact("object-detection")
     with er.load(art, device="fake", warmup=False) as rt:

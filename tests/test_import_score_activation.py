@@ -127,3 +127,17 @@ def test_convert_refuses_a_logits_head_read_with_no_activation(logits_model):
     check_source_head(logits_model, {**post, "activation": "sigmoid"})      # the right reading passes
     with pytest.raises(InputError, match="twice"):
         check_source_head(_yolox(), {**post, "activation": "sigmoid"})
+
+
+def test_an_artifact_reading_logits_as_scores_is_refused_at_the_call(logits_model, tmp_path):
+    """Where import could not read the graph (or an artifact from before this check), the call refuses
+    scores past 1 instead of reporting them (bus.jpg: 10.3)."""
+    from factories import rewrite_manifest
+
+    import_detector(logits_model, tmp_path / "a", family="yolox", labels=_labels())
+    rewrite_manifest(tmp_path / "a", lambda m: m["postprocess"].update(activation="none"))
+    with er.load(tmp_path / "a", limits={"max_request_bytes": 16 << 20}, warmup=False) as rt:
+        with pytest.raises(er.ArtifactError) as err:
+            rt.infer(_bus())
+    assert err.value.code == "artifact_task_mismatch" and "logits" in str(err.value)
+    assert "10.3" in str(err.value)
