@@ -34,8 +34,8 @@ from . import error_codes as ec
 from . import serve_proto as sp
 from .errors import DeviceError
 # the messages <-> records (re-exported: their old import path)
-from .serve_grpc_wire import (_bad, join_bytes as join_bytes, split_bytes as split_bytes, to_message as to_message,
-                              to_request)
+from .serve_grpc_wire import (_bad, join_bytes as join_bytes, named_model, split_bytes as split_bytes,
+                              to_message as to_message, to_request)
 from .serve_types import BYTES, GRPC_STATUS, InferRequest, InferResponse, ServeError, bearer_matches
 
 log = logging.getLogger("edge_runtime.serve.grpc")
@@ -82,12 +82,12 @@ class _Service:
                 if method not in OPEN_METHODS and not self._authorized(context):
                     self._count("unauthorized")
                     if method == "ModelInfer":
-                        self._refused("", None, "unauthorized", len(raw))
+                        self._refused(*named_model(raw), "unauthorized", len(raw))
                     raise ServeError("unauthorized", "missing or wrong bearer token", ec.SERVE_UNAUTHORIZED)
                 if len(raw) > self._cap:   # as HTTP's 413 for a body over --max-body-bytes: never parsed
                     self._count("too_large")
                     if method == "ModelInfer":
-                        self._refused("", None, "too_large", len(raw))
+                        self._refused(*named_model(raw), "too_large", len(raw))
                     raise ServeError("too_large", f"the message is {len(raw)} bytes, over the server's cap of "
                                      f"{self._cap}", ec.SERVE_REQUEST_TOO_LARGE)
                 try:
@@ -95,7 +95,7 @@ class _Service:
                 except Exception as e:      # protobuf's DecodeError: the caller's bytes, not our bug
                     self._count("malformed")
                     if method == "ModelInfer":
-                        self._refused("", None, "bad_request", len(raw))
+                        self._refused(*named_model(raw), "bad_request", len(raw))
                     raise _bad(f"{method}: the message does not parse ({e})") from None
                 return await call(msg, len(raw), context)
             except ServeError as e:
@@ -114,7 +114,8 @@ class _Service:
             count(reason)
 
     def _refused(self, model: str, version: str | None, status: str, received_bytes: int) -> None:
-        """A ModelInfer answered before the core: counted once in the requests and received bytes."""
+        """A ModelInfer answered before the core: counted once in the requests and received bytes, under
+        the model it names (refused unparsed: ``named_model``'s bounded read; the core keeps only a served one)."""
         count = getattr(self.core, "count_refused", None)
         if count is not None:
             count(model, version, status, received_bytes)

@@ -169,6 +169,53 @@ def to_request(msg: Any, received_bytes: int) -> InferRequest:
         received_bytes=received_bytes, classification=classes)
 
 
+# -- a refused message's model -------------------------------------------------------------------------
+# The metrics label of a ModelInfer refused before it is parsed (unauthorized, over the cap, unparsable):
+# its model_name (field 1) and model_version (field 2) read from the raw bytes, never a parse of the
+# message. Only the fields that lead it (protobuf serializers write fields in number order: tritonclient's
+# name and version come first), at most _LEAD_FIELDS of them, a name of at most _NAME_MAX bytes, so the
+# read is a few bytes whatever the message's size; anything else reads as no name ("").
+_LEAD_FIELDS: Final = 4
+_NAME_MAX: Final = 1024
+
+
+def _varint(raw: bytes, pos: int) -> tuple[int, int]:
+    value = 0
+    for shift in range(0, 70, 7):
+        if pos >= len(raw):
+            raise ValueError("truncated varint")
+        b = raw[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+    raise ValueError("varint over 10 bytes")
+
+
+def named_model(raw: bytes) -> tuple[str, str | None]:
+    """The ``model_name`` and ``model_version`` (None: none) that lead a raw ``ModelInferRequest``, as
+    a bounded read of its first fields (``_LEAD_FIELDS``); ``("", None)`` where they cannot be read so.
+    For a metrics label only: the core counts a name it does not serve as ``""``."""
+    found: dict[int, str] = {}
+    pos = 0
+    try:
+        for _ in range(_LEAD_FIELDS):
+            try:
+                key, pos = _varint(raw, pos)
+            except ValueError:                  # the end, or bytes after the leading fields that are no tag
+                break
+            if key >> 3 not in (1, 2) or key & 7 != 2:       # not a leading name or version: stop there
+                break
+            size, pos = _varint(raw, pos)
+            if size > _NAME_MAX or pos + size > len(raw):
+                return "", None
+            found[key >> 3] = bytes(raw[pos:pos + size]).decode("utf-8")
+            pos += size
+    except (ValueError, UnicodeDecodeError):
+        return "", None
+    return found.get(1, ""), found.get(2) or None
+
+
 # -- records -> wire ---------------------------------------------------------------------------------
 
 def to_message(resp: InferResponse) -> Any:

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import error_codes as ec
 from . import serve_json
+from .errors import InferenceRuntimeError
 from .serve_output_params import classes_to_send, classification_tensor
 from .serve_types import BYTES, DATATYPES, ServeError, Tensor, bytes_elements, datatype_of
 
@@ -263,15 +264,50 @@ def tensors_outputs(declared: list[tuple[str, str, list]]) -> list[Output]:
     return outs + [result_output(default=False)]
 
 
-def _as_declared(arr: np.ndarray, datatype: str | None) -> np.ndarray:
-    """An output in the datatype its metadata states where that holds every value exactly (a device's
-    float16 for a float32 output, int32 for int64): the answer's datatype is the metadata's. Any
-    other keeps its own datatype, which the response names (never a value changed to fit)."""
-    want = DATATYPES.get(datatype or "")
-    if want is None or arr.dtype == np.dtype(want) or arr.dtype.kind not in "biuf" \
-            or not np.can_cast(arr.dtype, want, "safe"):
+def _as_declared(name: str, arr: np.ndarray, datatype: str | None) -> np.ndarray:
+    """An output in the datatype its metadata states, whatever width the device returned: the answer's
+    datatype is always the metadata's. A narrower one that holds every value (Core ML's float16 for
+    FP32, int32 for INT64) is cast up; a wider float (float64 for FP32, float32 for FP16) is rounded to
+    the declared float, as the manifest promises, unless a finite value is out of its range; a wider
+    integer (int64 for INT32), a float for an integer or an integer for a float only where every value
+    fits exactly. Anything else is an ``InferenceRuntimeError`` (500, ``inference_failed``) naming the
+    output and both datatypes: never a wrapped, truncated or infinite value, nor a datatype the metadata
+    does not state. A non-numeric output, or one declared BYTES, goes as it is."""
+    want_type = DATATYPES.get(datatype or "")
+    if want_type is None or arr.dtype.kind not in "biuf":
         return arr
-    return arr.astype(want)
+    want = np.dtype(want_type)
+    if arr.dtype == want:
+        return arr
+    if np.can_cast(arr.dtype, want, "safe"):
+        return arr.astype(want)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(want)
+    if arr.size and not _fits(arr, out, want):
+        raise InferenceRuntimeError(
+            f"output {name!r}: the device returned {arr.dtype} values (from {arr.min()!r} to {arr.max()!r}) that "
+            f"the model's declared {datatype} cannot hold exactly; not sent changed", code=ec.INFERENCE_FAILED,
+            output=name, declared=datatype, returned=str(arr.dtype))
+    return out
+
+
+def _fits(arr: np.ndarray, out: np.ndarray, want: np.dtype) -> bool:
+    """Whether ``out`` (``arr`` cast to ``want``, a narrower or other kind) is ``arr``'s values: a float
+    rounded to a narrower float counts, an overflow to infinity does not."""
+    src = arr.dtype.kind
+    if want.kind == "b":
+        return bool(np.isin(arr, (0, 1)).all())
+    if want.kind == "f":
+        if src == "f":
+            return bool(np.array_equal(np.isinf(out), np.isinf(arr)))
+        bound = 2 ** (np.finfo(want).nmant + 1)       # every integer within it is exact in ``want``
+        return -bound <= int(arr.min()) and int(arr.max()) <= bound
+    info = np.iinfo(want)
+    if src == "f":
+        if not (np.isfinite(arr).all() and (arr == np.floor(arr)).all()):
+            return False
+        return float(info.min) <= float(arr.min()) and float(arr.max()) < float(info.max) + 1
+    return info.min <= int(arr.min()) and int(arr.max()) <= info.max
 
 
 def _tensor_maker(name: str, along: bool, datatype: str | None = None) -> Callable[[list], Tensor]:
@@ -280,7 +316,7 @@ def _tensor_maker(name: str, along: bool, datatype: str | None = None) -> Callab
         for r in rs:
             if name not in (r.outputs or {}):
                 raise internal(f"a result has no output {name!r}")
-            arrays.append(_as_declared(np.asarray(r.outputs[name]), datatype))
+            arrays.append(_as_declared(name, np.asarray(r.outputs[name]), datatype))
         if len({a.shape for a in arrays}) != 1:
             raise bad(f"output {name!r} has a different shape for each item "
                       f"({', '.join(str(list(a.shape)) for a in arrays)}): send the items in separate requests")

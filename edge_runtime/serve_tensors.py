@@ -30,7 +30,8 @@ one item as for many; the metadata lists them, ``-1`` where a size varies:
   ``[N, 2]``; images of different sizes in one request: each mask padded at the
   bottom and right with 255 to the largest (``mask[i, :h, :w]`` is item i's);
 - tensors: the model's declared outputs by name (a quantized one dequantized
-  to FP32), an output declared ``[1, ...]`` (or with a first dimension of any
+  to FP32), each in its declared datatype (``serve_output_kinds._as_declared``),
+  an output declared ``[1, ...]`` (or with a first dimension of any
   size) as ``[N, ...]``, any other stacked as ``[N, ...declared]``;
 - every task: ``result`` BYTES, one JSON document per item: the result's
   ``to_dict()`` without its arrays (prediction, top_k, detections,

@@ -103,9 +103,9 @@ def test_a_narrower_device_output_is_answered_in_the_declared_datatype(declared,
     (t,) = served.build(results, None)
     assert t.datatype == declared and t.shape == [2, 3]        # before: INT32 / FP16
     assert np.asarray(t.data).tolist() == [[1, 2, 3], [4, 5, 6]]
-    # float32 where float16 is declared cannot be narrowed without changing values: sent as it is
+    # float32 where float16 is declared: rounded to the declared FP16 (what the manifest promises)
     (t,) = _served(("y", "FP16", [1, 1])).build([_Result(y=np.array([[0.1]], dtype=np.float32))], None)
-    assert t.datatype == "FP32" and np.asarray(t.data).tolist() == [[np.float32(0.1)]]
+    assert t.datatype == "FP16" and np.asarray(t.data).tolist() == [[np.float16(0.1)]]
 
 
 # -- 3: a request's items are measured once on its way to the event loop ----------------------------
