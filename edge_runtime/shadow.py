@@ -86,6 +86,31 @@ def _infer(rt, value):
         return exc
 
 
+def _runs_as(rt) -> tuple:
+    """What one side runs: the artifact's seal, the variant, the device and its options."""
+    return (rt.artifact.manifest.get("manifest_sha256"), rt.variant["target"], rt.device,
+            json.dumps(getattr(rt, "device_options", None) or {}, sort_keys=True, default=str))
+
+
+def refuse_fallen_together(rt_a, rt_b) -> None:
+    """A side whose device fell back (``--device-b openvino`` where OpenVINO cannot run it) onto exactly
+    what the other side runs (the same artifact, variant, device and options): the run would compare
+    one path with itself, "agreement 1.0000", exit 0, while the user asked for two. Refused
+    (``DeviceError`` ``device_fell_back``, exit 4) before anything is written; a comparison of one
+    artifact with itself that nobody's fallback made (``shadow ART ART``) still runs."""
+    from .errors import DeviceError
+
+    fell = [(side, rt.choice.fallback) for side, rt in (("A", rt_a), ("B", rt_b))
+            if getattr(getattr(rt, "choice", None), "fallback", None)]
+    if not fell or _runs_as(rt_a) != _runs_as(rt_b):
+        return
+    why = "; ".join(f"side {side}: {text}" for side, text in fell)
+    raise DeviceError(f"{why}: A and B both run {rt_a.artifact.name} {rt_a.variant['target']} on {rt_a.device}, "
+                      f"so shadow would compare that path with itself (an agreement of 1.0 that measures "
+                      f"nothing); install or attach the device asked for, or pick two that run here "
+                      f"(`edge-infer devices`)", code=ec.DEVICE_FELL_BACK)
+
+
 def job_record(rt_a, rt_b, source: dict | None, agree_at: float | None, label_field: str = "label") -> dict:
     """score's job record of side A, with side B, the agreement threshold and (where it is not the
     default ``label``) the label field in its options: ``score.prepare_output`` then refuses a resume
@@ -132,6 +157,7 @@ def shadow(rt_a, rt_b, records, out=None, *, resume: bool = False, force: bool =
     if rt_a.artifact.task != rt_b.artifact.task:
         raise InputError(f"A is a {rt_a.artifact.task} artifact, B a {rt_b.artifact.task} one: their outputs "
                          f"cannot be compared", code=ec.SHADOW_TASK_MISMATCH)
+    refuse_fallen_together(rt_a, rt_b)
     summary = ShadowSummary(worst_n=worst_n)
     source = getattr(records, "source", None)
     labels_a = labels_of(rt_a)
