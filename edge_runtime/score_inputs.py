@@ -181,9 +181,10 @@ def read_records(path, fmt: str | None = None, *, field: str = "text", id_field:
     if path.is_file():      # refused before a line is written (a pipe: by its reader, on its first bytes)
         try:
             with open(path, "rb") as fh:
-                head = fh.read(4)
+                head = fh.read(16)
                 refuse_wide_bom(head, path)
-                refuse_parquet(fh, head, path, fmt)
+                refuse_image(head, path, fmt)
+                refuse_parquet(fh, head[:4], path, fmt)
         except OSError as exc:
             raise InputError(f"cannot read input {path}: {exc.strerror or exc}",
                              code=ec.INPUT_FILE_UNREADABLE) from None
@@ -192,6 +193,37 @@ def read_records(path, fmt: str | None = None, *, field: str = "text", id_field:
     if fmt == "jsonl":
         return RecordStream(read_jsonl(path, cap, field, id_field), source)
     return RecordStream(read_csv(path, cap, field, id_field), source)
+
+
+def image_kind(head: bytes) -> str | None:
+    """The image format whose signature ``head`` (a file's first 16 bytes) starts with, else None. A
+    BMP's ``BM`` counts only with its four reserved zero bytes (a text line may start with "BM")."""
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "PNG"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "JPEG"
+    if head.startswith(b"BM") and head[6:10] == b"\0\0\0\0":
+        return "BMP"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "GIF"
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "WebP"
+    if head[:4] in (b"II*\0", b"MM\0*"):
+        return "TIFF"
+    return None
+
+
+def refuse_image(head: bytes, path: Path, fmt: str) -> None:
+    """An image file given as the input (``score ART photo.jpg``) is no text, JSONL or CSV: read as
+    text lines, its bytes were each an ``input_bad_encoding`` line (579 for bus.jpg, exit 2), and for a
+    text model the runs that decoded as UTF-8 were scored ``ok``. Refused before any line
+    (``input_invalid``), naming what reads images."""
+    kind = image_kind(head)
+    if kind is not None:
+        raise InputError(f"{path} is a {kind} image, not a {fmt} input: score and shadow read images from a folder "
+                         f"(edge-infer score ART FOLDER) or by path from a JSONL field or CSV column "
+                         f"({', '.join(IMAGE_PATH_FIELDS)}); one image runs with edge-infer infer ART --image {path}",
+                         code=ec.INPUT_INVALID)
 
 
 def refuse_parquet(fh, head: bytes, path: Path, fmt: str) -> None:
