@@ -179,8 +179,12 @@ def _plain(value: Any) -> Any:
 
 
 def diff_manifests(a: Mapping, b: Mapping) -> list[Difference]:
-    """Every leaf where manifest ``a`` and ``b`` differ (the seal itself excluded)."""
+    """Every leaf where manifest ``a`` and ``b`` differ (the seal itself excluded; a vision preprocess key
+    stated at what the other side's default reads alike is none: ``diff_preprocess.stated_defaults``)."""
+    from .diff_preprocess import stated_defaults
+
     strip = ("manifest_sha256",)
+    a, b = stated_defaults(a, b)
     return list(_walk({k: v for k, v in a.items() if k not in strip}, {k: v for k, v in b.items() if k not in strip},
                       "", ""))
 
