@@ -111,7 +111,7 @@ def infer(artifact, text, text_file, image, input_file, device, require_device, 
             raw = value
         res = rt.infer(raw, deadline_ms=deadline_ms, limits=overrides or None)
         if draw_path is not None:
-            _draw(raw if isinstance(raw, bytes) else value, res, draw_path, lim)
+            _draw(raw if isinstance(raw, bytes) else value, res, draw_path, lim, getattr(rt.task, "background", 0))
 
     def human(d):
         if _show_vision(d):               # detections, keypoints, a mask: tables instead of the scores
@@ -159,11 +159,11 @@ def _check_draw(path: str, flag: str, image: str) -> None:
         raise InputError(f"--draw: {exc}", code=ec.INPUT_INVALID) from None
 
 
-def _draw(image: str | bytes, res, path: str, lim: Limits) -> None:
+def _draw(image: str | bytes, res, path: str, lim: Limits, background: int | None = 0) -> None:
     from .draw import draw
 
     try:
-        draw(image, res, path, limits=lim)
+        draw(image, res, path, limits=lim, background=background)
     except OSError as exc:
         raise InputError(f"--draw: cannot write {path}: {exc.strerror or exc}", code=ec.INPUT_INVALID) from None
     except ValueError as exc:

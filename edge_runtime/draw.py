@@ -13,7 +13,7 @@ or its ``to_dict()``. Tag text grows with the image, as the line width does.
   (``keypoint_color``: face, left, right) and skeleton lines between confident
   pairs (``edge_runtime.models.pose_estimation.SKELETON``, else COCO's);
 - segmentation (``outputs["mask"]``): each class blended in at ``alpha``
-  (class 0, background, left as it is) and a legend of the classes present
+  (the background class, 0 unless the artifact says otherwise, left as it is) and a legend of the classes present
   with their pixel share; a mask of another size than the image is refused
   (``ValueError``: it is another image's result), never stretched;
 - anything else: the prediction and its score in a tag at the top left.
@@ -186,7 +186,7 @@ def _box(b, size: tuple[int, int]) -> tuple[int, int, int, int]:
     return x1, y1, max(x2, x1), max(y2, y1)
 
 
-def _overlay(img, mask: np.ndarray, alpha: float):
+def _overlay(img, mask: np.ndarray, alpha: float, background: int | None = 0):
     from PIL import Image
 
     if mask.shape != (img.height, img.width):     # the task's mask is at the image's own size
@@ -194,7 +194,7 @@ def _overlay(img, mask: np.ndarray, alpha: float):
                          "the result is not this image's (stretching the mask would draw it misaligned)")
     colors = np.array([class_color(i) for i in range(len(PALETTE))], dtype=np.float32)
     px = np.asarray(img, dtype=np.float32).copy()
-    fg = mask != 0
+    fg = mask != background if background is not None else np.ones(mask.shape, bool)
     px[fg] = (1 - alpha) * px[fg] + alpha * colors[mask[fg] % len(PALETTE)]
     return Image.fromarray(np.clip(np.rint(px), 0, 255).astype(np.uint8), "RGB")
 
@@ -210,9 +210,11 @@ def _upright(img):
 
 
 def draw(image, result, out_path=None, *, keypoint_threshold: float = KEYPOINT_THRESHOLD, alpha: float = 0.5,
-         legend: bool = True, limits=None) -> Any:
+         legend: bool = True, limits=None, background: int | None = 0) -> Any:
     """``result`` drawn onto ``image`` (see the module doc); saved to ``out_path`` when given
-    (its suffix picks the format: .png, .jpg, .jpeg, .bmp)."""
+    (its suffix picks the format: .png, .jpg, .jpeg, .bmp). ``background``: a segmentation mask's class
+    left undrawn and out of the legend (the artifact's ``postprocess.background``: ``rt.task.background``;
+    None: every class is drawn)."""
     from PIL import Image, ImageDraw
 
     from .limits import DEFAULT_LIMITS
@@ -228,7 +230,7 @@ def draw(image, result, out_path=None, *, keypoint_threshold: float = KEYPOINT_T
     # pixels high once the picture is seen whole
     font = _font(max(10, round(max(size) / 45)))
     if mask is not None:
-        img = _overlay(img, mask, alpha)
+        img = _overlay(img, mask, alpha, background)
     dr = ImageDraw.Draw(img)
     dets = d.get("detections") or []
     for det in dets:
@@ -251,7 +253,7 @@ def draw(image, result, out_path=None, *, keypoint_threshold: float = KEYPOINT_T
              class_color(det.get("class_id", 0)), size)
     if mask is not None and legend:
         y = 0
-        for c in (c for c in mask_classes(d, mask) if c["class_id"] != 0):
+        for c in (c for c in mask_classes(d, mask) if c["class_id"] != background):
             y += _tag(dr, font, f"{c['label']} {100 * c['share']:.1f}%", 0, y, class_color(c["class_id"]), size,
                       below=True)
     if mask is None and not dets and not kps and d.get("prediction") is not None:
