@@ -209,6 +209,7 @@ def _pool(task, raws: list, option: str, what: str, progress, limits: Limits) ->
             unusable += 1
             why = why or exc.message
             continue
+        _fits_the_model(task, prep, option)
         key = _feeds_key(prep.bucket, prep.feeds)
         if key in seen:
             repeats += 1
@@ -232,6 +233,31 @@ def _pool(task, raws: list, option: str, what: str, progress, limits: Limits) ->
     if notes:
         read_notes.append(f"{' and '.join(notes)} left out")
     return _Pool(samples, keys, "".join(f"; {n}" for n in read_notes))
+
+
+def _fits_the_model(task, prep, option: str) -> None:
+    """A prepared sample's feeds against the bucket's input shapes: a pre-processing that lays the
+    tensor out otherwise (``--preprocess '{"layout": "NHWC"}'`` for an NCHW source: the vision tasks
+    take a size that fits either layout) is the request's fault, said before any model runs; it
+    reached onnxruntime as an untyped InvalidArgument (exit 1, ``unexpected``)."""
+    import numpy as np
+
+    buckets = getattr(task, "buckets", None) or []
+    if not 0 <= prep.bucket < len(buckets):
+        return
+    specs = {i.get("name"): i for i in buckets[prep.bucket].get("inputs") or [] if isinstance(i, dict)}
+    for name, value in prep.feeds.items():
+        spec = specs.get(name)
+        shape = spec.get("shape") if spec else None
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape):
+            continue            # a dim the model leaves open takes any size
+        got = list(np.shape(value))
+        if got != shape:
+            pre = getattr(task, "pre", None) or {}
+            said = f" (preprocess layout {pre['layout']})" if isinstance(pre, dict) and "layout" in pre else ""
+            raise InputError(f"{option}: the task's pre-processing gives input {name!r} the shape {got}{said}, the "
+                             f"model takes {shape}: check --preprocess (layout NCHW is channels first, NHWC "
+                             "channels last)", code=ec.CONVERT_PREPROCESS_INVALID)
 
 
 def _feeds_key(bucket: int, feeds: dict) -> str:

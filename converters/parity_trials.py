@@ -20,6 +20,7 @@ from edge_runtime.verify import compares_nothing
 
 from . import parity
 from .base import Converter
+from .request import WARN_PARITY_SAMPLES
 
 if TYPE_CHECKING:
     from edge_runtime.models.base import Task
@@ -34,6 +35,8 @@ class Reference:
     data: str               # what the held-out samples are, for the record
     min_parity: float | None
     limits: Limits = DEFAULT_LIMITS   # what the artifact's runtime prepares under (build_variant.artifact_limits)
+    min_samples: int = 0              # --min-parity-samples: also of the samples a figure compares (compared_samples)
+    allow_few_samples: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,33 @@ def measure_target(ref: Reference, target: str, converter: Converter, root: Path
     if par.get("measured") is False or par.get("not_judged"):   # not measured / compares nothing: never a figure
         par["passed"] = None
     else:
+        compared_samples(par, ref, target)
+        if par.get("compared_warning"):
+            progress(f"warning: {par['compared_warning']}")
         par["passed"] = par["value"] is not None and par["value"] >= par["budget"]
     return Measured(par, runtime_opts, why, trials)
+
+
+def compared_samples(par: dict, ref: Reference, target: str) -> None:
+    """The sample policy (``--min-parity-samples``) held to the samples a figure compares: a detector's F1
+    is over the held-out images with a detection on either side (``samples_compared``), and an image with no
+    box on either side adds nothing to it. 8 held-out images, one with objects, read "detection_f1 1.0000 on
+    8 held-out samples", passed, exit 0: a figure from one image. Under the minimum it is refused as too few
+    samples are (``--allow-few-samples``: recorded with ``compared_warning``)."""
+    n = par.get("samples_compared")
+    if isinstance(n, bool) or not isinstance(n, int) or n >= par.get("samples", 0) or par.get("value") is None:
+        return
+    what = (f"{target}: only {n} of the {par.get('samples')} held-out samples {'has' if n == 1 else 'have'} a "
+            f"detection on either side (fp32 or {target}); the others compare nothing")
+    if n < ref.min_samples:
+        if not ref.allow_few_samples:
+            raise InputError(f"too few samples: {what}, under the minimum of {ref.min_samples} parity samples. Give "
+                             "--parity-data with objects the source finds (check --preprocess and the score "
+                             "threshold), lower --min-parity-samples, or pass --allow-few-samples",
+                             code=ec.CONVERT_TOO_FEW_SAMPLES)
+        par["compared_warning"] = f"{what}, under the minimum of {ref.min_samples} (allowed by --allow-few-samples)"
+    elif n < WARN_PARITY_SAMPLES:
+        par["compared_warning"] = f"{what}: the figure is a rough one"
 
 
 def _judgeable(par: dict) -> dict:

@@ -65,7 +65,8 @@ def convert(req: ConvertRequest, progress=lambda step: None) -> dict:
         samples = split_samples(job, task_ref, progress)
         source_record = record_source(job, source_info, source, src_inputs, src_outputs, samples)
         with reference_sessions(job) as sessions:
-            reference = Reference(task_ref, sessions, samples.held, samples.data, req.min_parity, job.limits)
+            reference = Reference(task_ref, sessions, samples.held, samples.data, req.min_parity, job.limits,
+                                  req.min_parity_samples, req.allow_few_samples)
             probe = write_probe(job, reference, progress)
             variants = [build_variant(job, target, samples, reference, progress) for target in targets]
         manifest = _manifest(req, source_record, pre, post, variants, skipped, t_start)
@@ -145,9 +146,11 @@ def write_probe(job: Job, ref: Reference, progress) -> dict | None:
     want = job.req.probe_samples
     if want <= 0:
         return None
-    source = (f"held-out parity samples ({ref.data}), at least "
-              f"{min(want // max(len(ref.task.buckets), 1), PER_BUCKET)} per bucket where they reach it, then "
-              f"spread evenly over the held-out order")
+
+    def source(n: int) -> str:    # of the count kept: the byte cap's 2 probes were recorded as "at least 4 per bucket"
+        return (f"held-out parity samples ({ref.data}), at least {min(n // max(len(ref.task.buckets), 1), PER_BUCKET)}"
+                " per bucket where they reach it, then spread evenly over the held-out order")
+
     count = want
     for _ in range(4):
         # the byte cap keeps a prefix of the list: a list spread for 32 cut to its first 4 held 4
@@ -158,11 +161,12 @@ def write_probe(job: Job, ref: Reference, progress) -> dict | None:
             prepared = ref.task.prepare(raw, ref.limits)
             results.append(ref.task.finish(ref.sessions[prepared.bucket].run(prepared.feeds), prepared))
         inputs, reference, section = probe.build(picked.raws, results, count=count,
-                                                 max_bytes=job.req.probe_max_bytes, source=source)
+                                                 max_bytes=job.req.probe_max_bytes, source=source(count))
         if section["samples"] >= len(picked.raws):
             break
         count = section["samples"]
     section["max_samples"] = want
+    section["source"] = source(section["samples"])
     names = [b["name"] for b in ref.task.buckets]
     kept = picked.buckets[:section["samples"]]          # the byte cap may have cut the list short
     section["buckets"] = {n: kept.count(i) for i, n in enumerate(names)}

@@ -178,16 +178,19 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
                            f"{_no_figure(p)}", err=True)
             else:
                 click.echo(f"{v['target']}: parity {p['metric']} = {p['value']:.4f} (budget {p['budget']}, "
-                           f"{p['samples']} samples)", err=True)
+                           f"{p['samples']} samples{_compared(p)})", err=True)
             for line in trial_lines(v.get("recipe_trials") or []):
                 click.echo(line, err=True)
         raise
     summary = {"artifact": str(out), "model": manifest["model"]["name"],
                "variants": [{"target": v["target"], "buckets": [b["name"] for b in v["buckets"]],
                              "recipe": v["quantization"].get("recipe"),
-                             "parity": {k: v["parity"].get(k) for k in ("metric", "value", "min", "samples", "budget")},
+                             "parity": {**{k: v["parity"].get(k) for k in ("metric", "value", "min", "samples", "budget")},
+                                        **{k: v["parity"][k] for k in ("samples_compared",) if k in v["parity"]}},
                              # a figure from few samples says so wherever it is shown, as the manifest does
-                             **({"parity_warning": v["parity"]["warning"]} if v["parity"].get("warning") else {}),
+                             **({"parity_warning": "; ".join(v["parity"][k] for k in ("warning", "compared_warning")
+                                                             if v["parity"].get(k))}
+                                if v["parity"].get("warning") or v["parity"].get("compared_warning") else {}),
                              **({"recipe_trials": v["recipe_trials"]} if v.get("recipe_trials") else {})}
                             for v in manifest["variants"]],
                "skipped_targets": manifest.get("skipped_targets", []),
@@ -210,7 +213,7 @@ def convert(source, out, task, targets, calibration, labels, tokenizer, buckets,
                 continue
             on = manifest_parity(manifest, v["target"]).get("measured_on")
             click.echo(f"{v['target']}: buckets {', '.join(v['buckets'])}; parity {p['metric']} {p['value']:.4f}"
-                       f"{extra} on {p['samples']} held-out samples (budget {p['budget']})"
+                       f"{extra} on {p['samples']} held-out samples" + _compared(p) + f" (budget {p['budget']})"
                        + (f", measured on {on if on.startswith('the ') else 'the ' + on}" if on else "")
                        + (f"; warning: {v['parity_warning']}" if v.get("parity_warning") else ""))
             for line in trial_lines(v.get("recipe_trials") or []):
@@ -256,6 +259,12 @@ def trial_lines(trials: list[dict]) -> list[str]:
         ms = f", {t['device_ms_median']} ms" if t.get("device_ms_median") is not None else ""
         out.append(f"{head}: parity {value}{ms}, {t.get('seconds')} s: {fate.strip() or 'passed'}")
     return out
+
+
+def _compared(parity: dict) -> str:
+    """", N with a detection" where a detector's F1 is over fewer held-out samples than it was given."""
+    n = parity.get("samples_compared")
+    return f", {n} with a detection" if isinstance(n, int) and n != parity.get("samples") else ""
 
 
 def _no_figure(parity: dict) -> str:
