@@ -125,6 +125,13 @@ class VisionInput:
         self._tensor_pre["resize"] = "bilinear-half-pixel"
         self.plan = input_plan(self._tensor_pre, spec, channels)
         self.tensorize = TensorPlan(self._tensor_pre, spec, channels, self.plan)    # built once, not per call
+        want = [channels, self.height, self.width] if self.tensorize.nchw else [self.height, self.width, channels]
+        if len(shape) == 4 and shape[1:] != want:
+            # the size check above takes either layout: a layout unlike the model's loaded, warned at warm-up and
+            # failed every call (inference_failed: a feed of another shape)
+            raise ArtifactError(f"preprocess layout {'NCHW' if self.tensorize.nchw else 'NHWC'} feeds the model "
+                                f"{[1, *want]}, its input is {shape}: the manifest's layout is not the model's",
+                                file="manifest.json", code=ec.MANIFEST_FIELD_INVALID)
         _pil()
 
     def geometry(self, w0: int, h0: int) -> Geometry:
