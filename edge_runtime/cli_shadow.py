@@ -340,6 +340,7 @@ def summary_lines(d: dict) -> list[str]:
         for e in d["worst"]:
             def side(s):        # an answer with no class (an embedding, tensors) is "ok", never "None"
                 shown = "ok" if s.get("prediction") is None else s["prediction"]
+                shown = f"{shown:.4g}" if isinstance(shown, float) else shown    # a pose's mean keypoint score
                 return (f"{shown}" + (f" ({s['score']:.3f})" if isinstance(s.get("score"), float)
                                       else "")) if s.get("ok") else f"error {s.get('code')}"
             cmp = e.get("compare") or {}
