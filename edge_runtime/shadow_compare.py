@@ -18,10 +18,11 @@ Per task family:
 - **detections**: ``f1`` of B's detections against A's (matched by class at IoU ≥ 0.5,
   the parity layer's matching: ``models.object_detection.detection_parity``), ``mean_iou``
   of the matched pairs, both counts; agree when F1 ≥ ``agree_at`` (default 0.9).
-- **segmentation** (a ``mask`` output): ``pixel_agreement``; agree when ≥ ``agree_at`` (0.97).
+- **segmentation** (a ``mask`` output): ``pixel_agreement``; agree when ≥ ``agree_at`` (0.97) and
+  neither side mostly misses a class holding ≥ 1 % of the other's mask (``missed_class``).
 - **tensors** (``outputs``): ``cosine`` of all outputs flattened; agree when ≥ ``agree_at`` (0.99).
 - **keypoints**: ``pck``: the share of keypoints within 5% of the largest coordinate span of A's;
-  agree when ≥ ``agree_at`` (0.95).
+  agree when ≥ ``agree_at`` (0.95) and the mean keypoint score moved by at most 0.25 (``score_shift``).
 - anything else: ``agree`` when the predictions are equal.
 
 Two results that cannot be compared (embeddings of two sizes, a tensor or mask of another shape,
@@ -153,9 +154,15 @@ def compare_segmentation(a: dict, b: dict, agree_at: float) -> dict:
     ma, mb = _array(a["outputs"]["mask"]), _array(b["outputs"]["mask"])
     if ma.shape != mb.shape or not ma.size:
         return _mismatch("segmentation", f"mask shapes differ: A {list(ma.shape)}, B {list(mb.shape)}", agree_at)
+    from .models.semantic_segmentation import mask_defect
+
     share = float(np.mean(ma == mb))
-    return {"kind": "segmentation", "agree": share >= agree_at, "pixel_agreement": _cut(share),
-            "agree_at": agree_at, "badness": _bad(1.0 - share)}
+    # a class one side gives >= 1 % of the pixels and the other mostly misses: no agreement, whatever the share
+    # (B answering background everywhere agreed at 0.97 with A's 3 % object before 2026-12-07)
+    missed = mask_defect(ma, mb) if ma.dtype == mb.dtype else None
+    return {"kind": "segmentation", "agree": share >= agree_at and missed is None, "pixel_agreement": _cut(share),
+            "agree_at": agree_at, "badness": _bad(1.0 - share) if missed is None else 1.0,
+            **({"missed_class": missed} if missed is not None else {})}
 
 
 def compare_tensors(a: dict, b: dict, agree_at: float) -> dict:
@@ -186,8 +193,14 @@ def compare_keypoints(a: dict, b: dict, agree_at: float) -> dict:
         pb = np.array([[k["x"], k["y"]] for k in kb], dtype=float)
         span = float(np.max(pa.max(0) - pa.min(0))) or 1.0
         pck = float(np.mean(np.linalg.norm(pa - pb, axis=1) <= 0.05 * span))
-    return {"kind": "keypoints", "agree": pck >= agree_at, "pck": _cut(pck), "agree_at": agree_at,
-            "badness": _bad(1.0 - pck)}
+    from .models.pose_estimation import PCK_SCORE_SHIFT
+
+    # the keypoints' scores moved as a whole (0.9 against 0.0: every keypoint hidden on one side): no agreement
+    shift = abs(float(np.mean([k["score"] for k in ka])) - float(np.mean([k["score"] for k in kb]))) \
+        if ka and kb else 0.0
+    moved = shift > PCK_SCORE_SHIFT
+    return {"kind": "keypoints", "agree": pck >= agree_at and not moved, "pck": _cut(pck), "agree_at": agree_at,
+            "badness": _bad(1.0 - pck) if not moved else 1.0, **({"score_shift": _cut(shift)} if moved else {})}
 
 
 def compare(a: dict, b: dict, agree_at: float | None = None) -> dict:

@@ -66,3 +66,25 @@ def test_pose_keypoints_in_place_with_a_drifted_score_agree():
     for i, k in enumerate(cand.keypoints):      # single keypoints moving by 0.5 either way: the mean holds
         k["score"] = 0.0 if i % 2 else 1.0
     assert PoseEstimation.compare([ref], [cand])["value"] == 1.0
+
+
+def test_a_candidate_painting_a_class_the_reference_lacks_fails_too():
+    ref = np.zeros((100, 100), np.uint8)
+    blob = ref.copy()
+    blob[60:77, 60:78] = 5                                  # a 3 % class out of nowhere
+    assert SemanticSegmentation.compare([_seg(ref)], [_seg(blob)])["value"] == 0.0
+
+
+def test_shadow_records_the_same_defects_as_disagreements():
+    from edge_runtime.shadow_compare import compare_keypoints, compare_segmentation
+
+    ref = np.zeros((100, 100), np.uint8)
+    ref[10:25, 10:27] = 7                                   # a 2.55 % object: a share over 0.97 without it
+    a, b = {"outputs": {"mask": ref}}, {"outputs": {"mask": np.zeros_like(ref)}}
+    out = compare_segmentation(a, b, 0.97)
+    assert out["agree"] is False and out["missed_class"] == 7 and out["pixel_agreement"] >= 0.97
+    assert compare_segmentation(a, a, 0.97)["agree"] is True
+    pa, pb = _pose(0.9), _pose(0.0)
+    out = compare_keypoints({"keypoints": pa.keypoints}, {"keypoints": pb.keypoints}, 0.95)
+    assert out["agree"] is False and out["pck"] == 1.0 and out["score_shift"] == 0.9
+    assert compare_keypoints({"keypoints": pa.keypoints}, {"keypoints": _pose(0.8).keypoints}, 0.95)["agree"] is True
