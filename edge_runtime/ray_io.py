@@ -27,7 +27,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from . import error_codes as ec
 from .errors import EdgeRuntimeError, InputError
@@ -207,3 +207,16 @@ def jsonl_to_parquet(journal: Path, out: Path, rows_per_group: int = 10_000) -> 
             flush(writer)
     os.replace(tmp, out)
     return n
+
+
+def absolute_paths(records: Iterable[Record]) -> Iterator[Record]:
+    """An image task's records, each relative path made absolute in the driver, from its working directory,
+    where local ``score`` opens it (a JSONL ``image``/``path``/``file`` path is already joined to its file's
+    folder by the reader). An actor opens a path from its own working directory, where its node's ``ray start``
+    ran, never the driver's: a relative path scored another node's file of that name, or another folder's,
+    with exit 0 (the artifact's path was already made absolute)."""
+    cwd = os.getcwd()
+    for r in records:
+        if r.error is None and isinstance(r.value, str) and r.value and not os.path.isabs(r.value):
+            r.value = os.path.join(cwd, r.value)
+        yield r

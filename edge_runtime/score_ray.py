@@ -142,13 +142,15 @@ class OrderedWriter:
             self.on_progress(self.summary.total)
 
 
-def _records(input_path, fmt, field, id_field, cap):
-    from .ray_io import read_parquet_records, is_parquet
-    from .score_inputs import read_records
+def _records(input_path, fmt, field, id_field, cap, images: bool = False):
+    from .ray_io import absolute_paths, is_parquet, read_parquet_records
+    from .score_inputs import RecordStream, read_records
 
     if fmt == "parquet" or (fmt is None and Path(input_path).exists() and is_parquet(input_path)):
-        return read_parquet_records(input_path, field=field, id_field=id_field)
-    return read_records(input_path, fmt, field=field, id_field=id_field, cap=cap)
+        stream = read_parquet_records(input_path, field=field, id_field=id_field)
+    else:
+        stream = read_records(input_path, fmt, field=field, id_field=id_field, cap=cap)
+    return RecordStream(absolute_paths(stream), stream.source) if images else stream
 
 
 def _count(input_path, fmt, source_fmt) -> int | None:
@@ -237,7 +239,8 @@ def score_ray(artifact, input_path, out, *, fmt: str | None = None, field: str |
         if batch_size is None:
             batch_size, batch_why = auto_batch_size(rt)
         batch_size = min(batch_size, rt.limits.max_batch_items)
-        records = _records(input_path, fmt, field, id_field, cap)
+        records = _records(input_path, fmt, field, id_field, cap,
+                           images=getattr(type(rt.task), "input_kind", None) == "image")
         source = dict(records.source)
         job = None
         if not to_stream:
