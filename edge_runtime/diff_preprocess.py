@@ -26,17 +26,19 @@ def _reading(man: Mapping) -> tuple | None:
         v = VisionInput(dict(man["preprocess"]), dict(man["variants"][0]["buckets"][0]["inputs"][0]))
     except Exception:       # noqa: BLE001 - compared leaf by leaf as written, as before
         return None
-    return v.mode, v.resize, v.interpolation, v.pad, v.center, v.bgr
+    letterbox = v.resize != "stretch"       # a stretch fills the input: no padding, so no pad value or position
+    return v.mode, v.resize, v.interpolation, v.pad if letterbox else None, v.center if letterbox else None, v.bgr
 
 
 def stated_defaults(a: Mapping, b: Mapping) -> tuple[Mapping, Mapping]:
-    """``a`` and ``b`` (manifests) less each preprocess key in ``KEYS`` that one states and the other
-    leaves out where both read it alike; unchanged for any other task."""
+    """``a`` and ``b`` (manifests) less each preprocess key in ``KEYS`` written differently (stated on one
+    side only, or two values) where both read it alike (a ``pad`` under ``stretch`` reads as none); unchanged
+    for any other task."""
     ra, rb = _reading(a), _reading(b)
     if ra is None or rb is None:
         return a, b
     pa, pb = a["preprocess"], b["preprocess"]
-    drop = {k for k, x, y in zip(KEYS, ra, rb) if (k in pa) != (k in pb) and x == y}
+    drop = {k for k, x, y in zip(KEYS, ra, rb) if pa.get(k, KEYS) != pb.get(k, KEYS) and x == y}
     if not drop:
         return a, b
     return ({**a, "preprocess": {k: v for k, v in pa.items() if k not in drop}},

@@ -121,3 +121,20 @@ def test_diff_a_stated_default_channel_order_is_no_difference(arts):
     bgr = cli("diff", arts / "pose", arts / "pose-bgr", "--json")
     paths = [d["path"] for d in json.loads(bgr.stdout)["differences"] if d["side"] == "prediction"]
     assert bgr.returncode == 1 and paths == ["preprocess.channel_order"], paths
+
+
+def test_diff_a_pad_under_stretch_is_no_difference(arts, tmp_path):
+    """A stretch fills the model input: no padding, so a stated pad (or two pads) changes nothing; it read
+    "different: 1 prediction". Under a letterbox the pad is a difference."""
+    from factories import rewrite_manifest
+
+    shutil.copytree(arts / "pose", tmp_path / "pose-pad")
+    rewrite_manifest(tmp_path / "pose-pad", lambda m: m["preprocess"].update(pad=114, pad_position="center"))
+    proc = cli("diff", arts / "pose", tmp_path / "pose-pad", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["same"], proc.stdout[-400:]
+    for side, pad in (("a", 0), ("b", 114)):
+        shutil.copytree(arts / "pose", tmp_path / f"lb-{side}")
+        rewrite_manifest(tmp_path / f"lb-{side}", lambda m, pad=pad: m["preprocess"].update(resize="letterbox", pad=pad))
+    lb = cli("diff", tmp_path / "lb-a", tmp_path / "lb-b", "--json")
+    paths = [d["path"] for d in json.loads(lb.stdout)["differences"] if d["side"] == "prediction"]
+    assert lb.returncode == 1 and paths == ["preprocess.pad"], paths
