@@ -193,11 +193,10 @@ def compare_keypoints(a: dict, b: dict, agree_at: float) -> dict:
         pb = np.array([[k["x"], k["y"]] for k in kb], dtype=float)
         span = float(np.max(pa.max(0) - pa.min(0))) or 1.0
         pck = float(np.mean(np.linalg.norm(pa - pb, axis=1) <= 0.05 * span))
-    from .models.pose_estimation import PCK_SCORE_SHIFT
+    from .models.pose_estimation import PCK_SCORE_SHIFT, score_shift
 
     # the keypoints' scores moved as a whole (0.9 against 0.0: every keypoint hidden on one side): no agreement
-    shift = abs(float(np.mean([k["score"] for k in ka])) - float(np.mean([k["score"] for k in kb]))) \
-        if ka and kb else 0.0
+    shift = score_shift(ka, kb) or 0.0
     moved = shift > PCK_SCORE_SHIFT
     return {"kind": "keypoints", "agree": pck >= agree_at and not moved, "pck": _cut(pck), "agree_at": agree_at,
             "badness": _bad(1.0 - pck) if not moved else 1.0, **({"score_shift": _cut(shift)} if moved else {})}

@@ -147,8 +147,7 @@ class PoseEstimation(VisionTask):
             # a sample whose keypoint scores moved as a whole (0.9 against 0.0: every keypoint hidden at any
             # threshold) agrees nowhere: before 2026-12-07 positions alone passed a candidate that scores nothing.
             # Per keypoint a score is no test: one pose model's scores differ by up to 0.5 between two resizes
-            mr, mc = _mean_score(list(rk.values())), _mean_score(list(ck.values()))
-            shifted = mr is not None and mc is not None and abs(mc - mr) > PCK_SCORE_SHIFT
+            shifted = (score_shift(list(rk.values()), list(ck.values())) or 0.0) > PCK_SCORE_SHIFT
             for name, r in rk.items():
                 c = ck.get(name)
                 d = math.hypot(c["x"] - r["x"], c["y"] - r["y"]) if c is not None else math.inf
@@ -165,8 +164,12 @@ class PoseEstimation(VisionTask):
                 "max_pixel_distance": float(max(finite)) if finite else None}
 
 
-def _mean_score(kps: list[dict]) -> float | None:
-    return float(np.mean([float(k["score"]) for k in kps])) if kps else None
+def score_shift(a: list[dict], b: list[dict]) -> float | None:
+    """How far the mean keypoint score moved between two answers' keypoints (None where one has none): the
+    parity's and shadow's test for a candidate whose scores moved as a whole (:data:`PCK_SCORE_SHIFT`)."""
+    if not a or not b:
+        return None
+    return abs(float(np.mean([float(k["score"]) for k in a])) - float(np.mean([float(k["score"]) for k in b])))
 
 
 def _check_normalised(rows: np.ndarray, name: str) -> None:
